@@ -1,0 +1,178 @@
+"""Advantage estimators for multi-turn sequences: GRPO, RLOO, REINFORCE++ and GAE.
+
+Shapes: ``B`` sequences of ``T`` tokens. ``loss_mask[b, t] = 1`` exactly on the tokens the policy sampled; template,
+environment and padding tokens are 0. Environment tokens are *transparent*: "the next token" always means the next
+token with ``loss_mask = 1``, so an observation between two assistant turns adds no reward, no TD error and no
+discount. Every estimator returns 0 on untrainable tokens. The masks are read as booleans (``loss_mask != 0``).
+
+``masked_mean`` and ``masked_whiten`` live here and are reused by ``losses.py``.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """mean(x over mask != 0) = sum(x * m) / sum(m), along ``dim`` (all elements when None).
+
+    A slice with no masked-in element gives 0, not NaN (AgentGym-RL's ``masked_mean`` divided 0 by 0). Values at
+    masked-out positions are never read, so ``-inf`` or NaN there is harmless.
+    """
+    m = mask.bool()
+    total = torch.where(m, x, torch.zeros_like(x)).sum(dim=dim)
+    count = m.sum(dim=dim)
+    return total / torch.where(count > 0, count, torch.ones_like(count))
+
+
+def masked_whiten(x: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
+    """(x - mu) / sqrt(var + eps) on mask != 0, 0 elsewhere.
+
+    mu = masked mean over all masked-in elements; var = sum(m * (x - mu)^2) / (n - 1), the unbiased variance over
+    the n masked-in elements. Raises ValueError when n < 2 (the variance is undefined).
+    """
+    m = mask.bool()
+    n = int(m.sum())
+    if n < 2:
+        raise ValueError(f"masked_whiten needs at least 2 trainable tokens in the batch, got {n}; "
+                         "pass whiten=False for such a batch")
+    mu = masked_mean(x, m)
+    var = torch.where(m, (x - mu) ** 2, torch.zeros_like(x)).sum() / (n - 1)
+    return torch.where(m, (x - mu) * torch.rsqrt(var + eps), torch.zeros_like(x))
+
+
+def token_rewards_from_scores(scores: Tensor, loss_mask: Tensor) -> Tensor:
+    """[B, T] rewards: ``scores[b]`` on the last token of row b with loss_mask = 1, 0 everywhere else.
+
+    This is the placement every estimator here expects (AgentGym-RL put the score on the last *attention* token, an
+    environment observation, where GAE and REINFORCE++ never saw it). A row with no trainable token gets no reward
+    at all: it contributes nothing to any loss, so there is nowhere meaningful to put it.
+    """
+    scores, m = torch.as_tensor(scores), _mask_2d(loss_mask)
+    if scores.shape != m.shape[:1]:
+        raise ValueError(f"scores must have shape [B] = {list(m.shape[:1])}, got {list(scores.shape)}")
+    if not scores.is_floating_point():
+        scores = scores.float()
+    T = m.shape[1]
+    last = T - 1 - m.flip(1).int().argmax(dim=1)  # index of the last True per row (0 for an all-False row)
+    rewards = torch.zeros(m.shape, dtype=scores.dtype, device=scores.device)
+    rewards[torch.arange(len(scores)), last] = torch.where(m.any(dim=1), scores, torch.zeros_like(scores))
+    return rewards
+
+
+@torch.no_grad()
+def grpo(scores: Tensor, group: Tensor, loss_mask: Tensor, eps: float = 1e-6) -> Tensor:
+    """GRPO: A[b, t] = (s_b - mean_g) / (std_g + eps) * m[b, t], g = group[b].
+
+    std_g is the unbiased standard deviation (N - 1, the ``torch.std`` default) of the scores in group g. A group
+    with one member gets advantage 0; a group whose scores are all equal gets 0 too.
+    """
+    scores, m = _check_scores(scores, group, loss_mask)
+    mean, count, inverse = _group_mean(scores, group)
+    dev = scores - mean[inverse]
+    sq = torch.zeros_like(mean).index_add_(0, inverse, dev ** 2)
+    std = torch.sqrt(sq / (count - 1).clamp(min=1))
+    adv = torch.where(count[inverse] > 1, dev / (std[inverse] + eps), torch.zeros_like(dev))
+    return _broadcast(adv, m)
+
+
+@torch.no_grad()
+def rloo(scores: Tensor, group: Tensor, loss_mask: Tensor) -> Tensor:
+    """RLOO: A[b, t] = (s_b - mean of the other members of b's group) * m[b, t].
+
+    With n members and group sum S: s_b - (S - s_b) / (n - 1). A group with one member gets 0.
+    """
+    scores, m = _check_scores(scores, group, loss_mask)
+    mean, count, inverse = _group_mean(scores, group)
+    n = count[inverse]
+    others = (mean[inverse] * n - scores) / (n - 1).clamp(min=1)
+    adv = torch.where(n > 1, scores - others, torch.zeros_like(scores))
+    return _broadcast(adv, m)
+
+
+@torch.no_grad()
+def reinforce_pp(token_rewards: Tensor, loss_mask: Tensor, gamma: float = 1.0, whiten: bool = True,
+                 eps: float = 1e-8) -> tuple[Tensor, Tensor]:
+    """REINFORCE++: G_t = r_t + gamma * G_next over trainable tokens, G after the last trainable token = 0.
+
+    gamma applies once per trainable token (environment tokens are skipped). returns = G, adv = G, then
+    ``masked_whiten`` over all trainable tokens of the batch when ``whiten``. Both are 0 on untrainable tokens.
+    """
+    r, m = _check_rewards(token_rewards, loss_mask)
+    returns = torch.zeros_like(r)
+    g_next = r.new_zeros(r.shape[0])
+    for t in reversed(range(r.shape[1])):
+        g = r[:, t] + gamma * g_next
+        g_next = torch.where(m[:, t], g, g_next)
+        returns[:, t] = torch.where(m[:, t], g, 0.0)
+    adv = masked_whiten(returns, m, eps) if whiten else returns.clone()
+    return adv, returns
+
+
+@torch.no_grad()
+def gae(token_rewards: Tensor, values: Tensor, loss_mask: Tensor, gamma: float = 1.0, lam: float = 1.0,
+        whiten: bool = True, eps: float = 1e-8) -> tuple[Tensor, Tensor]:
+    """GAE over trainable tokens: delta_t = r_t + gamma * V_next - V_t,  A_t = delta_t + gamma * lam * A_next.
+
+    "next" is the next trainable token; V_next and A_next after the last trainable token are 0, so with
+    gamma = lam = 1, A_t = (sum of later rewards) - V_t, the Monte-Carlo advantage. Values at untrainable positions
+    are never read. returns = A + V (before whitening); adv = A, whitened over all trainable tokens of the batch when
+    ``whiten``. Both are 0 on untrainable tokens.
+    """
+    r, m = _check_rewards(token_rewards, loss_mask)
+    if values.shape != r.shape:
+        raise ValueError(f"values must have the shape of token_rewards {list(r.shape)}, got {list(values.shape)}")
+    v = values.to(r.dtype)
+    advantages = torch.zeros_like(r)
+    v_next, a_next = r.new_zeros(r.shape[0]), r.new_zeros(r.shape[0])
+    for t in reversed(range(r.shape[1])):
+        a = r[:, t] + gamma * v_next - v[:, t] + gamma * lam * a_next
+        a_next = torch.where(m[:, t], a, a_next)
+        v_next = torch.where(m[:, t], v[:, t], v_next)
+        advantages[:, t] = torch.where(m[:, t], a, 0.0)
+    returns = torch.where(m, advantages + v, 0.0)
+    adv = masked_whiten(advantages, m, eps) if whiten else advantages
+    return adv, returns
+
+
+def _mask_2d(loss_mask: Tensor) -> Tensor:
+    if loss_mask.dim() != 2:
+        raise ValueError(f"loss_mask must be [B, T], got shape {list(loss_mask.shape)}")
+    return loss_mask.bool()
+
+
+def _check_scores(scores: Tensor, group: Tensor, loss_mask: Tensor) -> tuple[Tensor, Tensor]:
+    scores, group, m = torch.as_tensor(scores), torch.as_tensor(group), _mask_2d(loss_mask)
+    B = m.shape[0]
+    if scores.shape != (B,) or group.shape != (B,):
+        raise ValueError(f"scores and group must have shape [B] = [{B}], got {list(scores.shape)} and "
+                         f"{list(group.shape)}")
+    if group.is_floating_point() or group.dtype == torch.bool:
+        raise ValueError(f"group must hold integer group ids (one per prompt), got dtype {group.dtype}")
+    return (scores if scores.is_floating_point() else scores.float()), m
+
+
+def _check_rewards(token_rewards: Tensor, loss_mask: Tensor) -> tuple[Tensor, Tensor]:
+    m = _mask_2d(loss_mask)
+    if token_rewards.shape != m.shape:
+        raise ValueError(f"token_rewards must have the shape of loss_mask {list(m.shape)}, "
+                         f"got {list(token_rewards.shape)}")
+    if not token_rewards.is_floating_point():
+        raise ValueError(f"token_rewards must be a float tensor, got dtype {token_rewards.dtype}")
+    stray = (token_rewards != 0) & ~m
+    if stray.any():  # the AgentGym-RL bug: a reward on an untrainable token is silently dropped
+        b, t = stray.nonzero()[0].tolist()
+        raise ValueError(f"token_rewards[{b}, {t}] is nonzero on a token with loss_mask = 0; rewards belong on "
+                         "trainable tokens (see token_rewards_from_scores)")
+    return token_rewards, m
+
+
+def _group_mean(scores: Tensor, group: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-group mean and member count, and each row's group index into them."""
+    _, inverse, count = torch.unique(group, return_inverse=True, return_counts=True)
+    total = torch.zeros(len(count), dtype=scores.dtype, device=scores.device).index_add_(0, inverse, scores)
+    return total / count, count, inverse
+
+
+def _broadcast(per_seq: Tensor, m: Tensor) -> Tensor:
+    return torch.where(m, per_seq[:, None], torch.zeros((), dtype=per_seq.dtype, device=per_seq.device))

@@ -1,0 +1,190 @@
+"""Advantage estimators against numbers worked out by hand."""
+import math
+
+import pytest
+import torch
+
+from agentgym_nb.algos.advantages import (gae, grpo, masked_mean, masked_whiten, reinforce_pp, rloo,
+                                          token_rewards_from_scores)
+
+# One multi-turn sequence, T = 11:
+#   t:     0     1  2    3  4  5    6  7    8  9    10
+#        [tmpl | a  a | e  e  e | a  a | e  e | pad]   (last real token is an env observation)
+MASK = torch.tensor([[0, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0]])
+TRAIN = [1, 2, 6, 7]
+# critic values: 9 on untrainable positions, which must never be read
+VALUES = torch.tensor([[9, .2, .4, 9, 9, 9, .6, .8, 9, 9, 9]], dtype=torch.float64)
+
+
+def at(x, idx=TRAIN, row=0):
+    return x[row, idx].tolist()
+
+
+def rewards(score=1.0):
+    return token_rewards_from_scores(torch.tensor([score], dtype=torch.float64), MASK)
+
+
+def test_score_lands_on_last_trainable_token_not_on_the_final_observation():
+    r = rewards(1.0)
+    assert r[0].tolist() == [0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0]  # t = 7, not t = 9 (last real token)
+
+
+def test_row_without_trainable_token_gets_no_reward():
+    m = torch.tensor([[0, 1, 1], [0, 0, 0]])
+    r = token_rewards_from_scores(torch.tensor([2.0, 5.0]), m)
+    assert r.tolist() == [[0, 0, 2], [0, 0, 0]]
+
+
+def test_reinforce_pp_discounts_once_per_trainable_token():
+    adv, ret = reinforce_pp(rewards(), MASK, gamma=0.5, whiten=False)
+    # G7 = 1; G6 = .5*1 = .5; G2 = .5*.5 = .25 (env tokens 3-5 add no discount); G1 = .125
+    assert at(ret) == [0.125, 0.25, 0.5, 1.0]
+    assert torch.equal(adv, ret)
+    assert ret[0, [0, 3, 4, 5, 8, 9, 10]].abs().sum() == 0
+
+
+def test_reinforce_pp_whitened():
+    adv, ret = reinforce_pp(rewards(), MASK, gamma=0.5)
+    # x = [.125, .25, .5, 1]: mean = 1.875/4 = .46875; deviations -.34375, -.21875, .03125, .53125
+    # squares .1181640625 + .0478515625 + .0009765625 + .2822265625 = .44921875; unbiased var = .44921875/3
+    std = math.sqrt(0.44921875 / 3)  # = .386962...
+    assert at(adv) == pytest.approx([-0.34375 / std, -0.21875 / std, 0.03125 / std, 0.53125 / std])
+    assert at(adv) == pytest.approx([-0.888330, -0.565301, 0.080757, 1.372874], abs=1e-6)
+    assert at(ret) == [0.125, 0.25, 0.5, 1.0]  # returns are never whitened
+    assert adv[0, [0, 3, 4, 5, 8, 9, 10]].abs().sum() == 0
+
+
+def test_gae_with_lambda_gamma_one_is_monte_carlo():
+    adv, ret = gae(rewards(), VALUES, MASK, gamma=1.0, lam=1.0, whiten=False)
+    # A_t = 1 - V_t: 1-.2, 1-.4, 1-.6, 1-.8; returns = A + V = 1 everywhere trainable
+    assert at(adv) == pytest.approx([0.8, 0.6, 0.4, 0.2])
+    assert at(ret) == pytest.approx([1.0, 1.0, 1.0, 1.0])
+    assert adv[0, [0, 3, 4, 5, 8, 9, 10]].abs().sum() == 0 and ret[0, [0, 3, 8, 10]].abs().sum() == 0
+
+
+def test_gae_gamma_lambda_half_by_hand():
+    adv, ret = gae(rewards(), VALUES, MASK, gamma=0.5, lam=0.5, whiten=False)
+    # t7: delta = 1 + .5*0 - .8 = .2                A = .2
+    # t6: delta = 0 + .5*.8 - .6 = -.2              A = -.2 + .25*.2 = -.15
+    # t2: delta = 0 + .5*.6 - .4 = -.1              A = -.1 + .25*(-.15) = -.1375   (V_next is V6, not V3 = 9)
+    # t1: delta = 0 + .5*.4 - .2 = 0                A = 0 + .25*(-.1375) = -.034375
+    assert at(adv) == pytest.approx([-0.034375, -0.1375, -0.15, 0.2])
+    assert at(ret) == pytest.approx([0.165625, 0.2625, 0.45, 1.0])  # A + V
+
+
+def test_appendix_a_layout():
+    # reference Appendix A: 3 env, 3 policy, 3 env, 3 policy, 3 env (final observation), 3 pad; V_t = t/10
+    m = torch.tensor([[0, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0]])
+    policy = [3, 4, 5, 9, 10, 11]
+    r = token_rewards_from_scores(torch.tensor([1.0], dtype=torch.float64), m)
+    assert r[0, 11] == 1 and r.sum() == 1
+    values = torch.arange(18, dtype=torch.float64)[None] / 10
+    adv, _ = gae(r, values, m, whiten=False)
+    assert at(adv, policy) == pytest.approx([0.7, 0.6, 0.5, 0.1, 0.0, -0.1])  # "later-verl" = 1 - V_t
+    _, ret = reinforce_pp(r, m, gamma=0.99, whiten=False)
+    # .99^5, .99^4, .99^3, .99^2, .99, 1
+    assert at(ret, policy) == pytest.approx([0.95099005, 0.96059601, 0.970299, 0.9801, 0.99, 1.0])
+
+
+def test_truncated_episode_mid_assistant():
+    # row 0 is MASK's episode (success, score 1); row 1 was cut mid-assistant: [tmpl a a e a a], score 0
+    m = torch.tensor([[0, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0],
+                      [0, 1, 1, 0, 1, 1, 0, 0, 0, 0, 0]])
+    scores = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    r = token_rewards_from_scores(scores, m)
+    assert r[1].abs().sum() == 0
+    _, ret = reinforce_pp(r, m, whiten=False)
+    assert ret[1].abs().sum() == 0
+    adv = grpo(scores, torch.tensor([0, 0]), m)
+    # mean .5, unbiased std = sqrt((.25 + .25)/1) = .7071; adv = +-.5/(.7071 + 1e-6)
+    a = 0.5 / (math.sqrt(0.5) + 1e-6)
+    assert at(adv, [1, 2, 6, 7], row=0) == pytest.approx([a] * 4)
+    assert at(adv, [1, 2, 4, 5], row=1) == pytest.approx([-a] * 4)  # incl. the cut-off last token
+    assert adv[1, [0, 3, 6, 7, 8, 9, 10]].abs().sum() == 0
+
+
+def test_grpo_unbiased_std_interleaved_groups_and_singletons():
+    m = torch.ones(6, 2)
+    scores = torch.tensor([1.0, 0.0, 2.0, 1.0, 6.0, 5.0], dtype=torch.float64)
+    group = torch.tensor([7, 3, 7, 3, 7, 4])  # 7: [1, 2, 6]; 3: [0, 1]; 4: singleton
+    adv = grpo(scores, group, m, eps=0.0)
+    # group 7: mean 3, deviations -2 -1 3, unbiased var (4+1+9)/2 = 7 -> std 2.6458 (biased would be 2.1602)
+    s7 = math.sqrt(7)
+    # group 3: mean .5, unbiased var (.25+.25)/1 = .5
+    s3 = math.sqrt(0.5)
+    assert adv[:, 0].tolist() == pytest.approx([-2 / s7, -0.5 / s3, -1 / s7, 0.5 / s3, 3 / s7, 0.0])
+    assert adv[:, 0].tolist() == pytest.approx([-0.755929, -0.707107, -0.377964, 0.707107, 1.133893, 0.0], abs=1e-6)
+    assert torch.equal(adv[:, 0], adv[:, 1])
+
+
+def test_grpo_equal_scores_give_zero():
+    adv = grpo(torch.tensor([1.0, 1.0, 1.0]), torch.tensor([0, 0, 0]), torch.ones(3, 2))
+    assert adv.abs().sum() == 0
+
+
+def test_rloo_leave_one_out():
+    m = torch.tensor([[1, 1], [1, 0], [0, 1], [1, 1], [1, 1], [1, 1]])
+    scores = torch.tensor([1.0, 2.0, 6.0, 0.0, 1.0, 9.0])
+    group = torch.tensor([0, 0, 0, 1, 1, 2])
+    adv = rloo(scores, group, m)
+    # 1 - (2+6)/2 = -3;  2 - (1+6)/2 = -1.5;  6 - (1+2)/2 = 4.5;  0 - 1 = -1;  1 - 0 = 1;  singleton -> 0
+    assert adv.flatten().tolist() == pytest.approx([-3, -3, -1.5, 0, 0, 4.5, -1, -1, 1, 1, 0, 0])
+
+
+def test_masked_whiten_numbers_and_untouched_outside():
+    x = torch.tensor([[1.0, 100.0, 2.0], [3.0, 4.0, float("nan")]])
+    m = torch.tensor([[1, 0, 1], [1, 1, 0]])
+    w = masked_whiten(x, m, eps=0.0)
+    # [1,2,3,4]: mean 2.5, unbiased var (2.25+.25+.25+2.25)/3 = 5/3
+    s = math.sqrt(5 / 3)
+    assert w.flatten().tolist() == pytest.approx([-1.5 / s, 0.0, -0.5 / s, 0.5 / s, 1.5 / s, 0.0])
+    assert w[m.bool()].std().item() == pytest.approx(1.0)  # unbiased std of the result is 1
+
+
+def test_masked_mean_empty_slice_is_zero():
+    x = torch.tensor([[1.0, 3.0], [5.0, float("-inf")]])
+    m = torch.tensor([[1, 1], [0, 0]])
+    assert masked_mean(x, m, dim=-1).tolist() == [2.0, 0.0]
+    assert masked_mean(x, torch.zeros(2, 2)).item() == 0.0
+
+
+def test_whitening_needs_two_tokens():
+    m = torch.tensor([[0, 1, 0]])
+    r = torch.tensor([[0.0, 1.0, 0.0]])
+    with pytest.raises(ValueError, match="at least 2 trainable tokens"):
+        reinforce_pp(r, m)
+    with pytest.raises(ValueError, match="at least 2 trainable tokens"):
+        gae(r, torch.zeros(1, 3), m)
+    assert reinforce_pp(r, m, whiten=False)[0].tolist() == [[0.0, 1.0, 0.0]]
+
+
+def test_reward_on_untrainable_token_is_an_error():
+    r = torch.zeros(1, 11)
+    r[0, 9] = 1.0  # AgentGym-RL's placement: the last attention token, an env observation
+    with pytest.raises(ValueError, match=r"token_rewards\[0, 9\]"):
+        reinforce_pp(r, MASK)
+    with pytest.raises(ValueError, match="loss_mask = 0"):
+        gae(r, torch.zeros(1, 11), MASK)
+
+
+def test_shape_errors():
+    with pytest.raises(ValueError, match="shape"):
+        grpo(torch.ones(3), torch.zeros(2, dtype=torch.long), torch.ones(3, 2))
+    with pytest.raises(ValueError, match="integer group ids"):
+        grpo(torch.ones(2), torch.zeros(2), torch.ones(2, 2))
+    with pytest.raises(ValueError, match="values"):
+        gae(torch.zeros(1, 11), torch.zeros(1, 10), MASK)
+    with pytest.raises(ValueError, match=r"\[B, T\]"):
+        reinforce_pp(torch.zeros(11), MASK[0])
+
+
+def test_long_batch_matches_per_row():
+    # the vectorised recursion on a batch equals running each row alone (rows do not leak into each other)
+    g = torch.Generator().manual_seed(0)
+    m = (torch.rand(4, 50, generator=g) > 0.4).long()
+    r = torch.where(m.bool(), torch.randn(4, 50, generator=g, dtype=torch.float64), 0.0)
+    v = torch.randn(4, 50, generator=g, dtype=torch.float64)
+    adv, ret = gae(r, v, m, gamma=0.9, lam=0.8, whiten=False)
+    for b in range(4):
+        a1, r1 = gae(r[b:b + 1], v[b:b + 1], m[b:b + 1], gamma=0.9, lam=0.8, whiten=False)
+        assert torch.allclose(adv[b], a1[0]) and torch.allclose(ret[b], r1[0])

@@ -1,0 +1,73 @@
+"""pass@k, pass^k and intervals against brute force and hand numbers."""
+import itertools
+import math
+
+import pytest
+
+from agentgym_nb.evaluate import mean_ci, pass_at_k, pass_hat_k, wilson_interval
+
+
+def brute(n, c, k, agg):
+    """Share of all k-subsets of n samples (c successes) where agg(subset) holds."""
+    samples = [True] * c + [False] * (n - c)
+    subsets = list(itertools.combinations(samples, k))
+    return sum(agg(s) for s in subsets) / len(subsets)
+
+
+@pytest.mark.parametrize("n", range(1, 8))
+def test_against_all_k_subsets(n):
+    for c in range(n + 1):
+        for k in range(1, n + 1):
+            assert pass_at_k(n, c, k) == pytest.approx(brute(n, c, k, any), abs=1e-12)
+            assert pass_hat_k(n, c, k) == pytest.approx(brute(n, c, k, all), abs=1e-12)
+
+
+def test_hand_numbers():
+    # n=5, c=2, k=2: 1 - C(3,2)/C(5,2) = 1 - 3/10 = .7;  pass^2 = C(2,2)/C(5,2) = .1
+    assert pass_at_k(5, 2, 2) == pytest.approx(0.7)
+    assert pass_hat_k(5, 2, 2) == pytest.approx(0.1)
+    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)  # pass@1 = c/n
+
+
+def test_edges():
+    assert pass_at_k(10, 0, 3) == 0.0 and pass_hat_k(10, 0, 3) == 0.0
+    assert pass_at_k(10, 10, 3) == 1.0 and pass_hat_k(10, 10, 3) == 1.0
+    assert pass_at_k(10, 1, 10) == 1.0  # k = n: any success in all samples
+    assert pass_hat_k(10, 9, 10) == 0.0
+    assert pass_at_k(10, 2, 9) == 1.0  # n - c = 8 < k: every 9-subset holds a success
+
+
+def test_large_n_is_stable():
+    # C(1000, 500) overflows a float; the product form does not. 1 - C(998,10)/C(1000,10) by exact integers:
+    exact = 1 - math.comb(998, 10) / math.comb(1000, 10)
+    assert pass_at_k(1000, 2, 10) == pytest.approx(exact, rel=1e-12)
+    assert 0.0 < pass_at_k(2000, 3, 500) < 1.0
+
+
+@pytest.mark.parametrize("n, c, k", [(5, 1, 6), (5, 1, 0), (5, 6, 1), (5, -1, 1), (-1, 0, 1), (0, 0, 0)])
+def test_errors(n, c, k):
+    with pytest.raises(ValueError):
+        pass_at_k(n, c, k)
+    with pytest.raises(ValueError):
+        pass_hat_k(n, c, k)
+
+
+def test_wilson_interval():
+    # 8/10, z = 1.96: center = (.8 + 1.9208/10)/(1 + .38416) = .99208/1.38416 = .716738
+    # half = 1.96*sqrt(.16/10 + 3.8416/400)/1.38416 = 1.96*sqrt(.025604)/1.38416 = 1.96*.160012/1.38416 = .226581
+    lo, hi = wilson_interval(8, 10)
+    assert (lo, hi) == (pytest.approx(0.490157, abs=1e-5), pytest.approx(0.943319, abs=1e-5))
+    lo, hi = wilson_interval(0, 10)  # not the empty interval [0, 0] of p +- z*se
+    assert lo == 0.0 and hi == pytest.approx(3.8416 / 13.8416, abs=1e-9)  # z^2/(n + z^2)
+    with pytest.raises(ValueError):
+        wilson_interval(3, 0)
+    with pytest.raises(ValueError):
+        wilson_interval(11, 10)
+
+
+def test_mean_ci():
+    # [1, 2, 3, 4]: mean 2.5, unbiased s = sqrt(5/3) = 1.290994, se = s/2 = .645497, z*se = 1.265174
+    lo, hi = mean_ci([1, 2, 3, 4])
+    assert (lo, hi) == (pytest.approx(2.5 - 1.265174, abs=1e-6), pytest.approx(2.5 + 1.265174, abs=1e-6))
+    with pytest.raises(ValueError, match="at least 2"):
+        mean_ci([1.0])
