@@ -1,0 +1,248 @@
+"""What a run is: one `RunConfig` dataclass, three presets, and AgentGym-RL's dotted keys mapped onto it.
+
+    cfg = make_config(env="babyai", preset="cpu", overrides=["algorithm.rounds_ctrl.rounds=[2,4,6]"])
+
+Precedence: dataclass defaults < preset (per env) < keyword arguments < overrides. Every name is checked: an
+unknown field, preset, env or dotted key is an error that names the closest valid one.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+PRESETS = ("smoke", "cpu", "paper")
+
+
+def default_outputs_dir() -> str:
+    """$AGENTGYM_NB_OUTPUTS, else <repo>/outputs for a source checkout, else ./outputs.
+
+    Notebooks run with different working directories (papermill: the caller's, nbmake: the notebook's), so run
+    artefacts and built models must not depend on it.
+    """
+    if os.environ.get("AGENTGYM_NB_OUTPUTS"):
+        return os.environ["AGENTGYM_NB_OUTPUTS"]
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.exists(os.path.join(repo, "pyproject.toml")):
+        return os.path.join(repo, "outputs")
+    return os.path.abspath("outputs")
+
+
+ENVS = ("babyai", "textcraft", "sciworld", "searchqa", "webarena")
+
+
+@dataclass
+class RunConfig:
+    # what
+    name: str = "run"
+    env: str = "babyai"
+    model: str = "nano"                  # "nano", "smollm2-135m", an HF id or a local path
+    preset: str = "cpu"
+    engine: str = "auto"                 # "vllm", "hf" or "auto" (vllm when importable)
+    env_url: str | None = None           # talk to an AgentGym-protocol server instead of an in-process env
+    seed: int = 0
+    # data: item ids. Train and test pools are disjoint ranges of the env's item ids.
+    train_items: tuple[int, int] = (0, 4000)       # [start, stop)
+    test_items: tuple[int, int] = (100_000, 100_200)
+    levels: list[int] | None = None      # BabyAI only: restrict items to these level indices (item_id % 40)
+    # rollout
+    prompts_per_step: int = 8            # data.train_batch_size: distinct items per training step
+    samples_per_prompt: int = 4          # actor_rollout_ref.rollout.n: episodes per item (one GRPO group)
+    max_tokens: int = 48                 # per assistant turn
+    max_total_tokens: int = 2048         # whole trajectory budget (prompt + all turns); beyond it: truncated
+    temperature: float = 1.0
+    top_p: float = 1.0
+    env_timeout: float = 60.0            # seconds per env call
+    # horizon schedule (ScalingInter-RL)
+    schedule: str = "stepwise"           # "fixed", "stepwise" (= scaling_inter_stepwise), "adaptive"
+    rounds: list[int] = field(default_factory=lambda: [6, 13, 20])
+    rounds_every: int = 100              # steps_scaling_inter
+    # learning
+    algorithm: str = "grpo"
+    steps: int = 300
+    lr: float = 1e-6
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    clip_ratio: float = 0.2
+    kl_coef: float = 0.001               # KL loss against the frozen reference (0 disables the reference)
+    kl_type: str = "low_var_kl"
+    entropy_coef: float = 0.0
+    loss_agg: str = "token-mean"
+    ppo_epochs: int = 1
+    mini_batches: int = 1                # optimizer steps per epoch over one rollout batch
+    micro_batch_tokens: int = 8192       # gradient accumulation unit (tokens, padded)
+    lora_rank: int = 0                   # 0 = full fine-tuning
+    bf16: bool = False                   # bf16 autocast for the trainer's forward/backward
+    save_every: int = 10
+    # evaluation
+    eval_items: int = 200                # held-out items evaluated before and after training
+    eval_samples: int = 1
+    eval_rounds: int = 20
+    eval_temperature: float = 1.0
+    # machine
+    threads: int = 0                     # torch threads; 0 = all cores
+    out_dir: str = field(default_factory=default_outputs_dir)
+
+    @property
+    def run_dir(self) -> str:
+        return os.path.join(self.out_dir, "runs", self.name)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2)
+
+
+# AgentGym-RL (verl) dotted keys -> our fields. Values are parsed as JSON when they can be ("[6,13,20]", "true", "1e-6").
+DOTTED_KEYS = {
+    "algorithm.adv_estimator": "algorithm",
+    "algorithm.rounds_ctrl.type": "schedule",
+    "algorithm.rounds_ctrl.rounds": "rounds",
+    "algorithm.rounds_ctrl.steps_scaling_inter": "rounds_every",
+    "algorithm.kl_ctrl.kl_coef": "kl_coef",
+    "actor_rollout_ref.model.path": "model",
+    "actor_rollout_ref.rollout.n": "samples_per_prompt",
+    "actor_rollout_ref.rollout.max_tokens": "max_tokens",
+    "actor_rollout_ref.rollout.temperature": "temperature",
+    "actor_rollout_ref.rollout.top_p": "top_p",
+    "actor_rollout_ref.rollout.name": "engine",
+    "actor_rollout_ref.actor.optim.lr": "lr",
+    "actor_rollout_ref.actor.kl_loss_coef": "kl_coef",
+    "actor_rollout_ref.actor.kl_loss_type": "kl_type",
+    "actor_rollout_ref.actor.clip_ratio": "clip_ratio",
+    "actor_rollout_ref.actor.entropy_coeff": "entropy_coef",
+    "actor_rollout_ref.actor.ppo_epochs": "ppo_epochs",
+    "actor_rollout_ref.actor.grad_clip": "grad_clip",
+    "data.train_batch_size": "prompts_per_step",
+    "data.max_response_length": "max_response_length",   # special: added to the prompt budget, see _apply
+    "trainer.total_training_steps": "steps",
+    "trainer.save_freq": "save_every",
+    "trainer.experiment_name": "name",
+    "agentgym.task_name": "env",
+    "agentgym.env_addr": "env_url",
+    "agentgym.max_rounds": "eval_rounds",
+}
+ROUNDS_CTRL_TYPES = {"fixed": "fixed", "scaling_inter_stepwise": "stepwise", "stepwise": "stepwise", "adaptive": "adaptive"}
+
+
+def preset_values(env: str, preset: str) -> dict[str, Any]:
+    """Per-env, per-preset settings. `paper` follows the ScalingInter-RL example scripts (reference/agentgym_rl.md §7)."""
+    _check_choice("env", env, ENVS)
+    _check_choice("preset", preset, PRESETS)
+    paper_rounds = {"babyai": ([6, 13, 20], 100, 20), "sciworld": ([10, 20, 30], 100, 30),
+                    "textcraft": ([10, 20, 30], 100, 30), "searchqa": ([5, 8, 10], 100, 30),
+                    "webarena": ([8, 12, 15], 80, 15)}
+    if preset == "paper":
+        rounds, every, eval_rounds = paper_rounds[env]
+        return dict(model="Qwen/Qwen2.5-7B-Instruct", engine="vllm", prompts_per_step=32, samples_per_prompt=4,
+                    max_tokens=512, max_total_tokens=512 + 8192, schedule="stepwise", rounds=rounds,
+                    rounds_every=every, steps=every * len(rounds) + every, lr=1e-6, kl_coef=0.001,
+                    kl_type="low_var_kl", entropy_coef=0.001, mini_batches=4, bf16=True, save_every=25,
+                    eval_items=90, eval_rounds=eval_rounds, micro_batch_tokens=16384)
+    if preset == "cpu":
+        return dict(model="nano", prompts_per_step=8, samples_per_prompt=8, max_tokens=40, max_total_tokens=1536,
+                    schedule="stepwise", rounds=[2, 4, 6], rounds_every=8, steps=24, lr=2e-5, kl_coef=0.001,
+                    mini_batches=2, save_every=4, eval_items=100, eval_rounds=6, bf16=True)
+    return dict(model="nano", prompts_per_step=2, samples_per_prompt=2, max_tokens=24, max_total_tokens=768,
+                schedule="stepwise", rounds=[1, 2], rounds_every=1, steps=2, lr=1e-5, save_every=1,
+                eval_items=4, eval_rounds=2, micro_batch_tokens=2048)
+
+
+def make_config(preset: str | None = None, overrides: list[str] | dict | None = None, **kwargs) -> RunConfig:
+    """Build a RunConfig: defaults < preset < kwargs < overrides ("key=value" strings or a dict).
+
+    `preset` defaults to $AGENTGYM_NB_PRESET, else "cpu". kwargs whose value is None are ignored, so a notebook's
+    parameters cell can pass every parameter and leave the unset ones to the preset.
+    """
+    preset = preset or os.environ.get("AGENTGYM_NB_PRESET") or "cpu"
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    env = kwargs.get("env", "babyai")
+    values: dict[str, Any] = {"preset": preset, **preset_values(env, preset)}
+    values.update(kwargs)
+    cfg = RunConfig()
+    _apply(cfg, values)
+    _apply(cfg, parse_overrides(overrides))
+    validate(cfg)
+    return cfg
+
+
+def parse_overrides(overrides: list[str] | dict | None) -> dict[str, Any]:
+    """["a.b=1", "rounds=[2,4]"] -> {"a.b": 1, "rounds": [2, 4]}; a dict passes through."""
+    if not overrides:
+        return {}
+    if isinstance(overrides, dict):
+        return dict(overrides)
+    if isinstance(overrides, str):
+        overrides = [overrides]
+    out = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ValueError(f"malformed override {item!r}: expected key=value, e.g. "
+                             "'algorithm.rounds_ctrl.rounds=[6,13,20]'")
+        key, raw = item.split("=", 1)
+        out[key.strip()] = _parse_value(raw.strip())
+    return out
+
+
+def _parse_value(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return {"True": True, "False": False, "None": None}.get(raw, raw)
+
+
+def _apply(cfg: RunConfig, values: dict[str, Any]) -> None:
+    fields = {f.name: f for f in dataclasses.fields(cfg)}
+    for key, value in values.items():
+        name = DOTTED_KEYS.get(key, key)
+        if name == "max_response_length":   # AgentGym-RL budgets prompt and response separately; we budget the total
+            cfg.max_total_tokens = 1024 + int(value)
+            continue
+        if name == "schedule":
+            value = ROUNDS_CTRL_TYPES.get(value, value)
+        if name not in fields:
+            valid = sorted(fields) + sorted(DOTTED_KEYS)
+            near = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise ValueError(f"unknown config key {key!r}{hint} (valid: RunConfig fields or AgentGym-RL keys such as "
+                             "'algorithm.rounds_ctrl.rounds')")
+        if name == "rounds" and isinstance(value, int):
+            value = [value]
+        if name in ("train_items", "test_items") and value is not None:
+            value = tuple(value)
+        setattr(cfg, name, value)
+
+
+def validate(cfg: RunConfig) -> None:
+    _check_choice("env", cfg.env, ENVS)
+    _check_choice("preset", cfg.preset, PRESETS)
+    _check_choice("engine", cfg.engine, ("auto", "vllm", "hf"))
+    _check_choice("schedule", cfg.schedule, ("fixed", "stepwise", "adaptive"))
+    _check_choice("algorithm", cfg.algorithm, ("grpo", "rloo", "reinforce_plus_plus", "gae"))
+    _check_choice("loss_agg", cfg.loss_agg, ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"))
+    if not cfg.rounds or any(not isinstance(r, int) or r < 1 for r in cfg.rounds):
+        raise ValueError(f"rounds must be a non-empty list of positive integers, got {cfg.rounds!r}")
+    for name in ("prompts_per_step", "samples_per_prompt", "max_tokens", "steps", "rounds_every", "eval_items",
+                 "eval_samples", "eval_rounds", "ppo_epochs", "mini_batches", "save_every"):
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    for name in ("train_items", "test_items"):
+        lo, hi = getattr(cfg, name)
+        if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo < hi):
+            raise ValueError(f"{name} must be [start, stop) with 0 <= start < stop, got {(lo, hi)!r}")
+    a, b = cfg.train_items, cfg.test_items
+    if a[0] < b[1] and b[0] < a[1]:
+        raise ValueError(f"train_items {a} and test_items {b} overlap: held-out items must not be trained on")
+    if cfg.levels is not None and any(not 0 <= lv < 40 for lv in cfg.levels):
+        raise ValueError(f"levels are BabyAI level indices in [0, 40), got {cfg.levels!r}")
+    if cfg.mini_batches > cfg.prompts_per_step:
+        raise ValueError(f"mini_batches ({cfg.mini_batches}) cannot exceed prompts_per_step ({cfg.prompts_per_step})")
+
+
+def _check_choice(what: str, value: Any, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        near = difflib.get_close_matches(str(value), valid, n=1, cutoff=0.4)
+        hint = f" Did you mean {near[0]!r}?" if near else ""
+        raise ValueError(f"unknown {what} {value!r}.{hint} Valid: {', '.join(valid)}")
