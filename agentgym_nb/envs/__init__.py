@@ -1,0 +1,56 @@
+"""Environments: in-process (`make`), over AgentGym's HTTP protocol (`serve`, `connect`).
+
+    env = make("babyai")                                # or connect("babyai", "http://127.0.0.1:36002")
+    observation = env.reset(item_id)
+    step = env.step(model_reply)                         # Step(observation, reward, done, info)
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+
+from .base import Env, EnvError, EnvStateError, InvalidAction, Step
+
+# name -> "module:class"; adding an environment is one line here
+_REGISTRY = {
+    "babyai": "agentgym_nb.envs.babyai:BabyAI",
+}
+ENV_NAMES = tuple(_REGISTRY)
+PLANNED_NAMES = ("textcraft", "sciworld", "searchqa", "webarena")  # in the design, not implemented yet
+
+
+def env_class(name: str) -> type[Env]:
+    """The Env subclass registered as `name`; ValueError naming the valid names otherwise."""
+    if name in _REGISTRY:
+        module, cls = _REGISTRY[name].split(":")
+        return getattr(importlib.import_module(module), cls)
+    available = ", ".join(ENV_NAMES)
+    if name in PLANNED_NAMES:
+        raise ValueError(f"env {name!r} is not available yet; available: {available}")
+    close = difflib.get_close_matches(str(name), ENV_NAMES + PLANNED_NAMES, n=1)
+    hint = f", did you mean {close[0]!r}?" if close else ""
+    raise ValueError(f"unknown env {name!r}{hint} (available: {available})")
+
+
+def make(name: str, **kw) -> Env:
+    """An in-process env."""
+    return env_class(name)(**kw)
+
+
+def serve(name: str, host: str = "127.0.0.1", port: int = 36002, **kw) -> None:
+    """Serve env `name` over AgentGym's HTTP protocol (blocks until interrupted)."""
+    env_class(name)
+    from .http import serve as serve_http
+
+    serve_http(name, host=host, port=port, **kw)
+
+
+def connect(name: str, url: str, timeout: float = 30.0) -> Env:
+    """An env living on an AgentGym-protocol server at `url` (ours or AgentGym's own)."""
+    from .http import HTTPEnv
+
+    return HTTPEnv(name, url, timeout=timeout)
+
+
+__all__ = ["ENV_NAMES", "Env", "EnvError", "EnvStateError", "InvalidAction", "Step", "connect", "env_class", "make",
+           "serve"]

@@ -1,0 +1,122 @@
+"""The environment interface shared by in-process envs and the HTTP client.
+
+An episode is `reset(item_id)` -> first observation, then `step(reply)` until `done`. `step` takes the model's
+whole reply and extracts the action itself, exactly as AgentGym's clients do, so a rollout loop never parses text.
+"""
+from __future__ import annotations
+
+import abc
+import numbers
+import re
+from dataclasses import dataclass, field
+
+ACKNOWLEDGEMENT = "OK. I'll follow your instructions and try my best to solve the task."
+MULTIPLE_ACTIONS = "Error: Only one 'Action' is allowed per response. Please adjust your response."
+
+
+@dataclass
+class Step:
+    observation: str
+    reward: float  # what AgentGym's client reports: the cumulative score of the episode so far
+    done: bool
+    info: dict = field(default_factory=dict)  # at least {"score", "action", "valid"}
+
+
+class EnvError(RuntimeError):
+    """The environment itself failed (server died, timed out, returned an error). Never a bad action."""
+
+
+class EnvStateError(RuntimeError):
+    """The caller used an episode out of order: step() before reset(), after done, or after close()."""
+
+
+class InvalidAction(Exception):
+    """A reply whose action cannot even be extracted; `observation` is what the agent is told instead."""
+
+    def __init__(self, observation: str):
+        super().__init__(observation)
+        self.observation = observation
+
+
+def react_action(text: str) -> str:
+    """AgentGym's ReAct extraction (BabyAI, TextCraft clients): the text after `Action:` up to the end of its line.
+
+    More than one `Action:` -> InvalidAction; none -> "". Then every character outside [A-Za-z0-9, ] is deleted and
+    whitespace is collapsed.
+    """
+    matches = re.findall(r"Action:\s*(.*?)(?=\n|$)", text, re.DOTALL)
+    if len(matches) > 1:
+        raise InvalidAction(MULTIPLE_ACTIONS)
+    action = matches[-1] if matches else ""
+    return " ".join(re.sub(r"[^A-Za-z0-9, ]+", "", action).split())
+
+
+def check_item_id(item_id, what: str) -> int:
+    """Item ids are non-negative integers (bools are rejected); `what` describes the valid range in the error."""
+    if isinstance(item_id, bool) or not isinstance(item_id, numbers.Integral) or item_id < 0:
+        raise ValueError(f"item_id must be an integer >= 0 ({what}), got {item_id!r}")
+    return int(item_id)
+
+
+class Env(abc.ABC):
+    """One episode at a time. Subclasses set `name`, `task_instruction`, and implement reset/act/expert.
+
+    The base keeps the episode phase ("new" -> "running" -> "over", any -> "closed") and the cumulative score, so
+    every env refuses out-of-order calls with the same EnvStateError.
+    """
+
+    name: str
+    task_instruction: str  # AgentGym's conversation_start[0], verbatim
+    phase: str = "new"
+    score: float = 0.0  # cumulative over the episode
+    reward: float = 0.0  # of the latest step
+
+    @property
+    def instruction(self) -> list[dict]:
+        """The two opening turns every conversation starts with (instruction + acknowledgement)."""
+        return [{"role": "user", "content": self.task_instruction}, {"role": "assistant", "content": ACKNOWLEDGEMENT}]
+
+    @abc.abstractmethod
+    def reset(self, item_id: int) -> str:
+        """Start the episode of `item_id`; return its first observation."""
+
+    @abc.abstractmethod
+    def act(self, action: str) -> Step:
+        """Apply an already extracted action (what AgentGym's clients post to /step)."""
+
+    @abc.abstractmethod
+    def observe(self) -> str:
+        """The current observation as GET /observation reports it (for BabyAI: with the goal line)."""
+
+    @abc.abstractmethod
+    def expert(self, item_id: int) -> list[str]:
+        """Replies ("Thought:\\n...\\n\\nAction:\\n...") that solve `item_id` when fed to step() after reset()."""
+
+    def step(self, text: str) -> Step:
+        """Extract the action from the model's whole reply and apply it; an unextractable reply costs a turn only."""
+        self.check_running()
+        try:
+            action = self.parse_action(text)
+        except InvalidAction as bad:
+            return Step(bad.observation, 0.0, False, {"score": self.score, "reward": 0.0, "action": "", "valid": False})
+        return self.act(action)
+
+    def parse_action(self, text: str) -> str:
+        return react_action(text)
+
+    def success(self, reward: float) -> bool:
+        return reward > 0
+
+    def close(self) -> None:
+        self.phase = "closed"
+
+    def check_running(self) -> None:
+        if self.phase == "running":
+            return
+        problem = {"new": "before reset()", "over": "after the episode is done; call reset() for a new one",
+                   "closed": "after close()"}[self.phase]
+        raise EnvStateError(f"{self.name}: step() called {problem}")
+
+    def check_open(self) -> None:
+        if self.phase == "closed":
+            raise EnvStateError(f"{self.name}: reset() called after close()")

@@ -1,0 +1,235 @@
+"""AgentGym's HTTP protocol (BabyAI/TextCraft/SciWorld flavour), both sides.
+
+Server: `make_app(name)` wraps in-process envs in a FastAPI app with AgentGym's endpoints and fields:
+    GET  /                      -> "This is environment BabyAI."
+    POST /create                -> {"id": int}
+    POST /reset {id, data_idx}  -> {"observation", "reward", "score", "deleted", "done"}
+    POST /step {id, action}     -> {"observation", "reward", "score", "done"}
+    GET  /observation?id=       -> {"observation", "reward", "score", "done", "deleted"}
+    POST /close {id}            -> true / false
+Failures answer HTTP 200 {"error": "..."} as AgentGym's servers do (a missing field is FastAPI's 422).
+Client: `HTTPEnv`, an Env that speaks this protocol to our server or to AgentGym's own.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass, field
+
+import requests
+from fastapi import FastAPI
+from pydantic import BaseModel
+
+from .base import Env, EnvError, EnvStateError, Step, check_item_id
+
+
+class ResetBody(BaseModel):
+    id: int
+    data_idx: int
+
+
+class StepBody(BaseModel):
+    id: int
+    action: str
+
+
+class IdBody(BaseModel):
+    id: int
+
+
+@dataclass
+class Slot:
+    env: Env
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one request at a time per env
+
+
+class EnvPool:
+    """Server-side envs by id. Ids are never reused; a closed env is dropped at once."""
+
+    def __init__(self, factory):
+        self.factory = factory
+        self.slots: dict[int, Slot] = {}
+        self._lock = threading.Lock()
+        self._next_id = 0
+
+    def create(self) -> int:
+        env = self.factory()
+        with self._lock:
+            env_id, self._next_id = self._next_id, self._next_id + 1
+            self.slots[env_id] = Slot(env)
+        return env_id
+
+    @contextlib.contextmanager
+    def use(self, env_id: int):
+        """Hold env `env_id` for one request; ValueError (AgentGym's wording) if it does not exist (any more)."""
+        with self._lock:
+            slot = self.slots.get(env_id)
+        if slot is None:
+            raise ValueError(f"The id {env_id} is not valid.")
+        with slot.lock:
+            if self.slots.get(env_id) is not slot:  # closed while we waited
+                raise ValueError(f"The id {env_id} is not valid.")
+            yield slot.env
+
+    def close(self, env_id: int) -> bool:
+        try:
+            with self.use(env_id) as env:
+                env.close()
+                with self._lock:
+                    del self.slots[env_id]
+        except ValueError:
+            return False
+        return True
+
+
+def _answer(handler):
+    """Run a request handler; any exception becomes AgentGym's 200 {"error": message}."""
+    try:
+        return handler()
+    except Exception as error:  # noqa: BLE001  (the protocol reports every failure the same way)
+        return {"error": str(error) or error.__class__.__name__}
+
+
+def make_app(name: str, **kw) -> FastAPI:
+    """The FastAPI app serving env `name` (built with `make(name, **kw)`) over AgentGym's protocol."""
+    from . import env_class, make
+
+    title = env_class(name).title
+    pool = EnvPool(lambda: make(name, **kw))
+    app = FastAPI(title=f"agentgym-nb {name}")
+    app.state.pool = pool
+
+    def running(env: Env, env_id: int) -> Env:
+        if env.phase == "new":
+            raise EnvStateError(f"The environment {env_id} has not been reset; POST /reset first.")
+        if env.phase == "over":
+            raise EnvStateError(f"The task with environment {env_id} has finished.")
+        return env
+
+    @app.get("/")
+    def hello():
+        return f"This is environment {title}."
+
+    @app.post("/create")
+    def create():
+        return _answer(lambda: {"id": pool.create()})
+
+    @app.post("/reset")
+    def reset(body: ResetBody):
+        def handle():
+            with pool.use(body.id) as env:
+                observation = env.reset(body.data_idx)
+                return {"observation": observation, "reward": env.reward, "score": env.score, "deleted": False,
+                        "done": env.phase == "over"}
+        return _answer(handle)
+
+    @app.post("/step")
+    def step(body: StepBody):
+        # AgentGym's clients post the extracted action; a whole reply ("...Action: ...") is extracted here.
+        def handle():
+            with pool.use(body.id) as env:
+                running(env, body.id)
+                result = env.step(body.action) if "Action:" in body.action else env.act(body.action)
+                return {"observation": result.observation, "reward": result.info.get("reward", 0.0),
+                        "score": result.info["score"], "done": result.done}
+        return _answer(handle)
+
+    @app.get("/observation")
+    def observation(id: int):  # noqa: A002  (AgentGym's query parameter name)
+        def handle():
+            with pool.use(id) as env:
+                if env.phase == "new":
+                    return {"observation": "Environment not initialized", "reward": 0, "score": 0, "done": False,
+                            "deleted": False}
+                return {"observation": env.observe(), "reward": env.reward, "score": env.score,
+                        "done": env.phase == "over", "deleted": False}
+        return _answer(handle)
+
+    @app.post("/close")
+    def close(body: IdBody):
+        return pool.close(body.id)
+
+    return app
+
+
+def serve(name: str, host: str = "127.0.0.1", port: int = 36002, **kw) -> None:
+    """Serve env `name` over HTTP until interrupted (one process: the envs live in its memory)."""
+    import uvicorn
+
+    uvicorn.run(make_app(name, **kw), host=host, port=port, access_log=False)
+
+
+class HTTPEnv(Env):
+    """An env on an AgentGym-protocol server. Like AgentGym's client it posts /create on construction, extracts the
+    action from the reply locally and posts only the action, and reports the server's "score" as the reward.
+
+    Every request has `timeout` seconds; an unreachable server, a timeout, a non-200 answer or an {"error"} answer
+    raises EnvError naming the URL. Out-of-order calls raise EnvStateError locally, before any request.
+    """
+
+    def __init__(self, name: str, url: str, timeout: float = 30.0):
+        from . import env_class
+
+        self.spec = env_class(name)
+        self.name, self.task_instruction = name, self.spec.task_instruction
+        self.url, self.timeout = url.rstrip("/"), timeout
+        self.session = requests.Session()
+        self.last_observation = ""
+        self.env_id = self._call("POST", "create")["id"]
+        self._local = None  # an in-process env for expert(), built on first use
+
+    def _call(self, method: str, path: str, body: dict | None = None, params: dict | None = None):
+        url = f"{self.url}/{path}"
+        try:
+            answer = self.session.request(method, url, json=body, params=params, timeout=self.timeout)
+        except requests.Timeout:
+            raise EnvError(f"{self.name} server {url} did not answer within {self.timeout}s") from None
+        except requests.RequestException as error:
+            raise EnvError(f"cannot reach {self.name} server {url}: {error.__class__.__name__}: {error}") from None
+        if answer.status_code != 200:
+            raise EnvError(f"{self.name} server {url} answered HTTP {answer.status_code}: {answer.text[:300]}")
+        try:
+            data = answer.json()
+        except ValueError:
+            raise EnvError(f"{self.name} server {url} answered non-JSON: {answer.text[:300]!r}") from None
+        if isinstance(data, dict) and "error" in data:
+            raise EnvError(f"{self.name} server {url} failed: {data['error']}")
+        return data
+
+    def reset(self, item_id: int) -> str:
+        self.check_open()
+        item_id = check_item_id(item_id, f"{self.name} item ids")
+        data = self._call("POST", "reset", {"id": self.env_id, "data_idx": item_id})
+        self.last_observation, self.reward, self.score = data["observation"], data["reward"], data["score"]
+        self.phase = "over" if data["done"] else "running"
+        return self.last_observation
+
+    def act(self, action: str) -> Step:
+        self.check_running()
+        valid = self.spec.is_valid_action(self.last_observation, action)
+        data = self._call("POST", "step", {"id": self.env_id, "action": action})
+        self.last_observation, self.reward, self.score = data["observation"], data["reward"], data["score"]
+        if data["done"]:
+            self.phase = "over"
+        info = {"score": self.score, "reward": self.reward, "action": action, "valid": valid}
+        return Step(self.last_observation, float(self.score), bool(data["done"]), info)
+
+    def observe(self) -> str:
+        return self._call("GET", "observation", params={"id": self.env_id})["observation"]
+
+    def expert(self, item_id: int) -> list[str]:
+        """Computed locally: item ids mean the same on both sides of the protocol."""
+        if self._local is None:
+            self._local = self.spec()
+        return self._local.expert(item_id)
+
+    def close(self) -> None:
+        if self.phase == "closed":
+            return
+        super().close()
+        try:
+            self._call("POST", "close", {"id": self.env_id})
+        finally:
+            self.session.close()
+            if self._local is not None:
+                self._local.close()
