@@ -1,0 +1,189 @@
+"""Acting: many episodes at once, one engine, envs stepped in a thread pool.
+
+No lockstep rounds. The main thread generates for every episode whose env has replied, while the other episodes'
+env calls are still running in threads; an episode that ends frees its slot at once and the next one starts. Every
+env call has a timeout; an env that fails marks its episode `failed` (reported, excluded from the update), never a
+silent zero reward.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import json
+import os
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ..envs.base import Env, EnvError
+from .engine import Engine, SamplingParams
+from .trajectory import ChatFormat, Trajectory
+
+
+@dataclass
+class RolloutStats:
+    episodes: int = 0
+    policy_tokens: int = 0
+    env_steps: int = 0
+    seconds: float = 0.0
+    generate_seconds: float = 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.policy_tokens / max(self.seconds, 1e-9)
+
+    @property
+    def env_steps_per_s(self) -> float:
+        return self.env_steps / max(self.seconds, 1e-9)
+
+
+@dataclass
+class _Episode:
+    traj: Trajectory
+    env: Env | None = None
+
+
+def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[int], chat: ChatFormat, *,
+                 n: int = 1, max_rounds: int = 10, params: SamplingParams | None = None,
+                 max_total_tokens: int = 4096, max_concurrency: int = 64, env_timeout: float = 60.0,
+                 threads: int | None = None, stats: RolloutStats | None = None) -> list[Trajectory]:
+    """Play `n` episodes of every item (group id = position of the item in `item_ids`); return them in that order.
+
+    An episode ends when the env says done, after `max_rounds` replies (the horizon), when the next reply cannot
+    fit in `max_total_tokens` (truncated), or when the env fails (failed).
+    """
+    if max_rounds < 1:
+        raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
+    params = params or SamplingParams()
+    params = dataclasses.replace(params, stop_token_ids=sorted(set(params.stop_token_ids) | set(chat.stop_token_ids)))
+    stats = stats if stats is not None else RolloutStats()
+    t0 = time.perf_counter()
+    todo = deque((group, item) for group, item in enumerate(item_ids) for _ in range(n))
+    finished: list[Trajectory] = []
+    waiting: dict[cf.Future, tuple[_Episode, float]] = {}   # env call in flight -> (episode, deadline)
+    ready: list[_Episode] = []                                # env replied; needs a generation
+    calls = 0
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(threads or torch_threads)
+    pool = cf.ThreadPoolExecutor(max_workers=max(1, min(max_concurrency, 64)), thread_name_prefix="env")
+
+    def begin(group: int, item: int) -> None:
+        ep = _Episode(Trajectory(item_id=item, group=group))
+        waiting[pool.submit(_reset, env_factory, ep, item)] = (ep, time.monotonic() + env_timeout)
+
+    def finish(ep: _Episode) -> None:
+        if ep.env is not None:
+            pool.submit(_close_quietly, ep.env)
+        finished.append(ep.traj)
+        stats.episodes += 1
+        stats.policy_tokens += ep.traj.num_policy_tokens
+
+    try:
+        while todo or waiting or ready:
+            while todo and len(waiting) + len(ready) < max_concurrency:
+                begin(*todo.popleft())
+            if not ready:   # nothing to generate: wait for the first env reply (or a timeout)
+                done, _ = cf.wait(waiting, timeout=_time_left(waiting), return_when=cf.FIRST_COMPLETED)
+            else:
+                done = [f for f in waiting if f.done()]
+            for fut in done:
+                ep, _ = waiting.pop(fut)
+                if _collect(fut, ep, chat, max_rounds, max_total_tokens, stats):
+                    ready.append(ep)
+                else:
+                    finish(ep)
+            for fut in [f for f, (_, deadline) in waiting.items() if time.monotonic() > deadline]:
+                ep, _ = waiting.pop(fut)
+                ep.traj.failed = f"env call timed out after {env_timeout:.0f}s"
+                finish(ep)
+            if ready:
+                batch, ready = ready, []
+                tg = time.perf_counter()
+                call = params if params.seed is None else dataclasses.replace(params, seed=params.seed + 7919 * calls)
+                calls += 1   # a fresh seed per call: turns must not replay the same random stream
+                completions = engine.generate([ep.traj.input_ids for ep in batch], call)
+                stats.generate_seconds += time.perf_counter() - tg
+                for ep, c in zip(batch, completions):
+                    ids, logprobs = c.token_ids, c.logprobs
+                    room = max_total_tokens - len(ep.traj.input_ids) - 1   # keep room for a closing token
+                    if len(ids) > room:
+                        ids, logprobs = ids[:max(room, 0)], logprobs[:max(room, 0)]
+                        ep.traj.truncated = True
+                    text = ep.traj.add_reply(chat, ids, logprobs)
+                    if ep.traj.truncated:   # a reply cut by the budget is not a whole action: do not send it
+                        finish(ep)
+                    else:
+                        waiting[pool.submit(_step, ep, text)] = (ep, time.monotonic() + env_timeout)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        torch.set_num_threads(torch_threads)
+    stats.seconds += time.perf_counter() - t0
+    finished.sort(key=lambda t: t.group)
+    return finished
+
+
+def _time_left(waiting: dict) -> float:
+    return max(0.0, min(deadline for _, deadline in waiting.values()) - time.monotonic()) + 0.01
+
+
+def _reset(env_factory, ep: _Episode, item_id: int):
+    ep.env = env_factory()
+    return ("reset", ep.env.reset(item_id))
+
+
+def _step(ep: _Episode, text: str):
+    return ("step", ep.env.step(text))
+
+
+def _close_quietly(env: Env) -> None:
+    try:
+        env.close()
+    except Exception:   # closing is best effort: the episode's data is already safe
+        pass
+
+
+def _collect(fut: cf.Future, ep: _Episode, chat: ChatFormat, max_rounds: int, max_total_tokens: int,
+             stats: RolloutStats) -> bool:
+    """Fold an env reply into the trajectory. Returns True if the episode wants another generation."""
+    t = ep.traj
+    try:
+        kind, result = fut.result()
+    except EnvError as e:
+        t.failed = str(e)
+        return False
+    except Exception as e:   # an env bug is a failure of the env, not a zero reward
+        t.failed = f"{type(e).__name__}: {e}"
+        return False
+    if kind == "reset":
+        ep.traj = Trajectory.start(chat, ep.env.instruction, result, t.item_id, t.group)
+        if len(ep.traj.input_ids) >= max_total_tokens:
+            ep.traj.truncated = True
+            return False
+        return True
+    step = result
+    stats.env_steps += 1
+    t.reward = float(step.reward)
+    t.success = ep.env.success(t.reward)
+    t.done = bool(step.done)
+    fits = len(t.input_ids) + t.observation_cost(chat, step.observation) < max_total_tokens
+    if fits:
+        t.add_observation(chat, step.observation)
+    else:
+        t.messages.append({"role": "user", "content": step.observation})
+    if t.done:
+        return False
+    if not fits:
+        t.truncated = True
+        return False
+    return t.num_rounds < max_rounds
+
+
+def write_rollout_log(path: str, trajectories: list[Trajectory], **extra) -> None:
+    """One JSON line per episode (AgentGym-RL's {item_id, conversations, reward} and more)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        for t in trajectories:
+            f.write(json.dumps({**t.to_log(), **extra}) + "\n")
