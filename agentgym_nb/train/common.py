@@ -1,0 +1,58 @@
+"""Pieces every trainer shares: per-token log-probs of a batch, and splitting a batch into micro-batches."""
+from __future__ import annotations
+
+import torch
+
+
+def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, temperature: float = 1.0,
+                   with_entropy: bool = False):
+    """logp[b, t] = log pi(input_ids[b, t] | input_ids[b, :t]) for t >= 1; logp[b, 0] = 0 (nothing predicts it).
+
+    Aligned with the token it scores, so `logp * loss_mask` picks exactly the sampled tokens. Logits are divided by
+    the sampling temperature: the ratio must compare the same distribution the engine sampled from.
+    With `with_entropy`, also returns the entropy of each predictive distribution (aligned the same way).
+    """
+    # Right-padded rows need no mask under causal attention (a token never attends to the padding after it), and
+    # without one SDPA takes its fused causal kernel instead of materialising a [B, heads, T, T] mask.
+    right_padded = bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
+    logits = model(input_ids=input_ids, attention_mask=None if right_padded else attention_mask).logits
+    logits = logits[:, :-1].float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    logz = torch.logsumexp(logits, dim=-1)
+    picked = torch.gather(logits, -1, input_ids[:, 1:, None]).squeeze(-1)
+    logp = torch.nn.functional.pad(picked - logz, (1, 0))
+    if not with_entropy:
+        return logp
+    probs = torch.softmax(logits.detach(), dim=-1)
+    entropy = logz.detach() - (probs * logits.detach()).sum(-1)
+    return logp, torch.nn.functional.pad(entropy, (1, 0))
+
+
+def micro_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """Group row indices so that rows * longest row <= max_tokens (a single long row still gets its own group)."""
+    groups, current, longest = [], [], 0
+    for i, n in enumerate(lengths):
+        if current and max(longest, n) * (len(current) + 1) > max_tokens:
+            groups.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, n)
+    if current:
+        groups.append(current)
+    return groups
+
+
+def trim(batch: dict[str, torch.Tensor], rows: list[int]) -> dict[str, torch.Tensor]:
+    """Select rows and cut the right padding they do not need."""
+    idx = torch.tensor(rows)
+    T = int(batch["attention_mask"][idx].sum(-1).max())
+    return {k: v[idx, :T] for k, v in batch.items()}
+
+
+def set_threads(n: int = 0) -> int:
+    """Torch threads: n, or all cores when n == 0. Returns the number set."""
+    import os
+    n = n or os.cpu_count() or 1
+    torch.set_num_threads(n)
+    return n
