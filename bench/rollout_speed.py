@@ -1,0 +1,86 @@
+"""Rollout throughput of the cpu preset: policy tokens/s, env steps/s and episodes/s, per engine.
+
+    .venv/bin/python bench/rollout_speed.py [--engines vllm hf] [--repeats 3]
+
+Writes bench/results/rollout_speed.json (machine, versions, parameters, medians over repeats) and prints one line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def main() -> None:
+    import torch
+    from agentgym_nb import envs, models
+    from agentgym_nb.config import make_config
+    from agentgym_nb.rollout.engine import SamplingParams, make_engine
+    from agentgym_nb.rollout.runner import RolloutStats, run_episodes
+    from agentgym_nb.rollout.trajectory import ChatFormat
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--engines", nargs="+", default=["vllm", "hf"])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    cfg = make_config(preset="cpu")
+    model_dir = models.resolve(cfg.model, preset=cfg.preset, env=cfg.env, levels=cfg.levels)
+    chat = ChatFormat(models.load_tokenizer(model_dir))
+    pool = [i for i in range(cfg.train_items[0], cfg.train_items[1]) if i % 40 in cfg.levels]
+    items = pool[: cfg.prompts_per_step]
+    rounds = max(cfg.rounds)
+    results = {}
+    for kind in args.engines:
+        t0 = time.perf_counter()
+        engine = make_engine(kind, model_dir, max_model_len=cfg.max_total_tokens + cfg.max_tokens)
+        init_s = time.perf_counter() - t0
+        torch.set_num_threads(args.threads)
+        runs = []
+        for r in range(args.repeats):
+            stats = RolloutStats()
+            run_episodes(engine, lambda: envs.make(cfg.env), items, chat, n=cfg.samples_per_prompt,
+                         max_rounds=rounds, params=SamplingParams(max_tokens=cfg.max_tokens, seed=r),
+                         max_total_tokens=cfg.max_total_tokens, stats=stats)
+            runs.append({"tokens_per_s": stats.tokens_per_s, "env_steps_per_s": stats.env_steps_per_s,
+                         "episodes_per_s": stats.episodes / stats.seconds, "seconds": stats.seconds,
+                         "generate_share": stats.generate_seconds / stats.seconds})
+        engine.close()
+        results[kind] = {"init_seconds": init_s, "runs": runs,
+                         **{f"median_{k}": statistics.median(x[k] for x in runs) for k in runs[0]}}
+    out = {"benchmark": "rollout_speed", "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                                                    "python": platform.python_version()},
+           "versions": {"torch": torch.__version__, **_versions()},
+           "params": {"preset": "cpu", "model": model_dir, "episodes": len(items) * cfg.samples_per_prompt,
+                      "max_rounds": rounds, "max_tokens": cfg.max_tokens, "threads": args.threads,
+                      "repeats": args.repeats},
+           "results": results}
+    os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
+    path = os.path.join(os.path.dirname(__file__), "results", "rollout_speed.json")
+    with open(path, "w") as f:
+        json.dump(out, f, indent=2)
+    print("rollout_speed: " + "; ".join(
+        f"{k}: {v['median_tokens_per_s']:.0f} tok/s, {v['median_env_steps_per_s']:.1f} env steps/s, "
+        f"{v['median_episodes_per_s']:.2f} episodes/s" for k, v in results.items()) + f" -> {path}")
+
+
+def _versions() -> dict:
+    import transformers
+    out = {"transformers": transformers.__version__}
+    try:
+        import vllm
+        out["vllm"] = vllm.__version__
+    except ImportError:
+        pass
+    return out
+
+
+if __name__ == "__main__":
+    main()
