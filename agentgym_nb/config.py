@@ -146,8 +146,8 @@ def preset_values(env: str, preset: str) -> dict[str, Any]:
     small = {"levels": BABYAI_CPU_LEVELS} if env == "babyai" else {}
     if preset == "cpu":
         return dict(**small, model="nano", prompts_per_step=8, samples_per_prompt=8, max_tokens=40, max_total_tokens=1536,
-                    schedule="stepwise", rounds=[2, 4, 6], rounds_every=8, steps=24, lr=2e-5, kl_coef=0.001,
-                    mini_batches=2, save_every=4, eval_items=100, eval_rounds=6, bf16=True)
+                    schedule="stepwise", rounds=[2, 4, 6], rounds_every=12, steps=40, lr=2e-4, kl_coef=0.001,
+                    mini_batches=2, save_every=5, eval_items=100, eval_rounds=6, bf16=True)
     return dict(**small, model="nano", prompts_per_step=2, samples_per_prompt=2, max_tokens=24, max_total_tokens=768,
                 schedule="stepwise", rounds=[1, 2], rounds_every=1, steps=2, lr=1e-5, save_every=1,
                 eval_items=4, eval_rounds=2, micro_batch_tokens=2048)

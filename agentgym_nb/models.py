@@ -38,8 +38,8 @@ class NanoSpec:
     ffn: int = 384
     vocab: int = 1024
     demos: int = 600                  # expert episodes (train items) for the tokenizer and behaviour cloning
-    bc_max_steps: int = 1500
-    bc_batch: int = 16
+    bc_max_steps: int = 500
+    bc_batch_tokens: int = 12288       # tokens per cloning step (rows x longest row)
     bc_lr: float = 3e-3
     check_every: int = 40             # evaluate on validation items every this many BC steps
     val_items: int = 32
@@ -51,9 +51,15 @@ class NanoSpec:
 
 
 SMOKE_SPEC = NanoSpec(hidden=64, layers=2, heads=2, kv_heads=1, ffn=128, vocab=768, demos=80, bc_max_steps=30,
-                      bc_batch=8, check_every=30, val_items=4, target_success=1.1, max_rounds=2)
+                      bc_batch_tokens=4096, check_every=30, val_items=4, target_success=1.1, max_rounds=2)
 
 VAL_ITEMS_START = 90_000              # validation item ids: disjoint from the default train (0..) and test (100000..)
+
+
+def resolve_config(cfg, log=print) -> str:
+    """The model folder of a RunConfig. Everything (trainer, CLI, tests, benchmarks) goes through here, so they
+    agree on which nano build a preset means: its level set is part of the build."""
+    return resolve(cfg.model, preset=cfg.preset, env=cfg.env, levels=cfg.levels, log=log)
 
 
 def resolve(name: str, *, preset: str = "cpu", env: str = "babyai", levels: list[int] | None = None,
@@ -189,14 +195,14 @@ def build_nano(path: str, spec: NanoSpec, log=print) -> str:
                          torch_dtype="float32")
     model = Qwen2ForCausalLM(config)
     log(f"nano: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, vocab {len(tokenizer)}")
-    demos = demo_trajectories(chat, convs)
+    demos = [t for t in demo_trajectories(chat, convs) if len(t.input_ids) <= spec.max_total_tokens]
     val_items = (list(range(VAL_ITEMS_START, VAL_ITEMS_START + spec.val_items)) if spec.levels is None
                  else _level_items(VAL_ITEMS_START, spec.val_items, spec.levels))
     model.save_pretrained(path)   # the validation engine starts from this folder and gets weights synced in
     engine = make_engine("auto", path, max_model_len=spec.max_total_tokens + 64, tokenizer=tokenizer, kv_cache_gib=0.5)
     try:
         history = behaviour_cloning(model, demos, chat, env_name=spec.env, max_steps=spec.bc_max_steps, engine=engine,
-                                batch_size=spec.bc_batch, lr=spec.bc_lr, check_every=spec.check_every,
+                                batch_tokens=spec.bc_batch_tokens, lr=spec.bc_lr, check_every=spec.check_every,
                                 val_items=val_items, target_success=spec.target_success,
                                 max_rounds=spec.max_rounds, max_total_tokens=spec.max_total_tokens,
                                 seed=spec.seed, log=log)
@@ -255,7 +261,8 @@ def main(argv=None) -> None:
     p.add_argument("--env", default="babyai")
     p.add_argument("--preset", default="cpu")
     args = p.parse_args(argv)
-    print(resolve(args.name, preset=args.preset, env=args.env))
+    from .config import make_config
+    print(resolve_config(make_config(preset=args.preset, env=args.env, model=args.name)))
 
 
 if __name__ == "__main__":

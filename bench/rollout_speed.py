@@ -32,7 +32,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     cfg = make_config(preset="cpu")
-    model_dir = models.resolve(cfg.model, preset=cfg.preset, env=cfg.env, levels=cfg.levels)
+    model_dir = models.resolve_config(cfg)
     chat = ChatFormat(models.load_tokenizer(model_dir))
     pool = [i for i in range(cfg.train_items[0], cfg.train_items[1]) if i % 40 in cfg.levels]
     items = pool[: cfg.prompts_per_step]

@@ -9,7 +9,8 @@ os.environ.setdefault("PYTHONHASHSEED", "0")
 @pytest.fixture(scope="session")
 def nano_dir():
     from agentgym_nb import models
-    return models.resolve("nano", preset="smoke", env="babyai", log=lambda *a: None)
+    from agentgym_nb.config import make_config
+    return models.resolve_config(make_config(preset="smoke", env="babyai"), log=lambda *a: None)
 
 
 @pytest.fixture(scope="session")

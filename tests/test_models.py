@@ -36,3 +36,27 @@ def test_unknown_model_names_fail_clearly():
         models.resolve("nano2")
     with pytest.raises(ValueError, match="not in the local Hugging Face cache"):
         models.resolve("Qwen/Qwen2.5-7B-Instruct")
+
+
+def test_the_cli_and_the_trainer_mean_the_same_nano(nano_dir):
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "agentgym_nb.models", "nano", "--preset", "smoke"],
+                         capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+    assert os.path.realpath(out) == os.path.realpath(nano_dir)
+
+
+def test_smollm2_loads_offline_from_its_wheel_and_acts():
+    """The real pretrained instruct model: GGUF from the registry wheel -> HF folder -> one BabyAI turn."""
+    from agentgym_nb.rollout.engine import HFEngine, SamplingParams
+    from agentgym_nb.rollout.runner import run_episodes
+    from agentgym_nb.rollout.trajectory import ChatFormat
+    path = models.resolve("smollm2-135m", log=lambda *a: None)
+    tok = models.load_tokenizer(path)
+    chat = ChatFormat(tok)
+    assert chat.head.startswith("<|im_start|>system")          # its own template, default system prompt and all
+    engine = HFEngine(path, tokenizer=tok)
+    [t] = run_episodes(engine, lambda: envs.make("babyai"), [1], chat, max_rounds=1,
+                       params=SamplingParams(temperature=0, max_tokens=16), max_total_tokens=4096)
+    assert t.failed is None and t.num_rounds == 1 and t.num_policy_tokens > 0
+    assert t.messages[-2]["role"] == "assistant" and t.messages[-2]["content"].strip()

@@ -38,7 +38,7 @@ class Trainer:
         from transformers import AutoModelForCausalLM
         self.cfg, self.log = cfg, log
         set_threads(cfg.threads)
-        self.model_dir = models.resolve(cfg.model, preset=cfg.preset, env=cfg.env, levels=cfg.levels, log=log)
+        self.model_dir = models.resolve_config(cfg, log=log)
         self.tokenizer = models.load_tokenizer(self.model_dir)
         self.chat = ChatFormat(self.tokenizer)
         model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)

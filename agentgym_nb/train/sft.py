@@ -18,7 +18,7 @@ from .common import token_logprobs
 
 def behaviour_cloning(model, demos: list[Trajectory], chat: ChatFormat, *, env_name: str, max_steps: int,
                       engine=None,
-                      batch_size: int = 16, lr: float = 2e-3, check_every: int = 100, val_items: list[int] = (),
+                      batch_tokens: int = 12288, lr: float = 2e-3, check_every: int = 100, val_items: list[int] = (),
                       target_success: float = 1.1, max_rounds: int = 6, max_total_tokens: int = 2048,
                       bf16: bool = True, seed: int = 0, log=print) -> list[dict]:
     """Clone `demos`; every `check_every` steps sample (T=1) episodes on `val_items` with `engine` (after syncing
@@ -36,7 +36,7 @@ def behaviour_cloning(model, demos: list[Trajectory], chat: ChatFormat, *, env_n
     history, t0, losses = [], time.time(), []
     for step in range(1, max_steps + 1):
         model.train()
-        batch = collate(rng.sample(demos, min(batch_size, len(demos))), pad)
+        batch = collate(_similar_lengths(demos, batch_tokens, rng), pad)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             logp = token_logprobs(model, batch["input_ids"], batch["attention_mask"])
         mask = batch["loss_mask"].float()
@@ -63,3 +63,16 @@ def behaviour_cloning(model, demos: list[Trajectory], chat: ChatFormat, *, env_n
                 break
     model.eval()
     return history
+
+
+def _similar_lengths(demos: list[Trajectory], batch_tokens: int, rng: random.Random) -> list[Trajectory]:
+    """A random batch of similar lengths filling `batch_tokens` (rows x longest row): sample 64 demos, sort them by
+    length, and take a contiguous run from a random start. Padding is compute spent on nothing."""
+    pool = sorted(rng.sample(demos, min(64, len(demos))), key=lambda t: len(t.input_ids))
+    start = rng.randrange(len(pool))
+    batch = [pool[start]]
+    for t in pool[start + 1:]:
+        if (len(batch) + 1) * len(t.input_ids) > batch_tokens:
+            break
+        batch.append(t)
+    return batch

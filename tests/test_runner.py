@@ -1,0 +1,96 @@
+"""The runner under env failure: a server that dies mid-rollout and a server that never answers both end their
+episodes as `failed` with the reason, in bounded time; nothing is turned into a silent zero reward."""
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import requests
+
+from agentgym_nb import envs
+from agentgym_nb.rollout.engine import SamplingParams
+from agentgym_nb.rollout.runner import run_episodes
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server_process():
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "agentgym_nb.envs", "serve", "babyai", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            requests.get(url, timeout=1)
+            break
+        except requests.ConnectionError:
+            time.sleep(0.1)
+    yield proc, url
+    proc.kill()
+    proc.wait()
+
+
+class KillAfterFirstCall:
+    """A real engine; the env server is killed as soon as the first replies have been sampled."""
+
+    def __init__(self, engine, proc):
+        self.engine, self.proc = engine, proc
+
+    def generate(self, prompts, params):
+        out = self.engine.generate(prompts, params)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        return out
+
+
+def test_a_server_that_dies_mid_rollout_fails_its_episodes(server_process, hf_nano, chat):
+    proc, url = server_process
+    engine = KillAfterFirstCall(hf_nano, proc)
+    trajs = run_episodes(engine, lambda: envs.connect("babyai", url, timeout=5), [0, 1, 2], chat, n=2,
+                         max_rounds=4, params=SamplingParams(max_tokens=24, seed=0), max_total_tokens=1500,
+                         env_timeout=10)
+    assert len(trajs) == 6
+    for t in trajs:
+        assert t.failed is not None and url in t.failed, t.failed
+        assert t.num_rounds == 1 and not t.done
+
+
+def test_a_server_that_never_answers_times_out(hf_nano, chat):
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)                      # accepts connections, never replies
+    url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    held = []
+    stop = threading.Event()
+
+    def accept():
+        silent.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(silent.accept()[0])
+            except OSError:
+                pass
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        t0 = time.monotonic()
+        trajs = run_episodes(hf_nano, lambda: envs.connect("babyai", url, timeout=60), [0, 1], chat, n=1,
+                             max_rounds=2, params=SamplingParams(max_tokens=8, seed=0), max_total_tokens=1500,
+                             env_timeout=2.0)
+        elapsed = time.monotonic() - t0
+    finally:
+        stop.set()
+        silent.close()
+        for c in held:
+            c.close()
+    assert elapsed < 20
+    assert [t.failed for t in trajs] == ["env call timed out after 2s"] * 2
+    assert all(t.num_policy_tokens == 0 for t in trajs)
