@@ -190,6 +190,7 @@ class VLLMEngine(Engine):
                  kv_cache_gib: float = 1.0, seed: int = 0, enable_prefix_caching: bool = True,
                  max_num_batched_tokens: int = 16384):
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # same process as the trainer: reload is a direct call
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # its INFO lines would drown a notebook's output
         from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
         from vllm import LLM
 
