@@ -168,11 +168,7 @@ def _collect(fut: cf.Future, ep: _Episode, chat: ChatFormat, max_rounds: int, ma
     t.reward = float(step.reward)
     t.success = ep.env.success(t.reward)
     t.done = bool(step.done)
-    fits = len(t.input_ids) + t.observation_cost(chat, step.observation) < max_total_tokens
-    if fits:
-        t.add_observation(chat, step.observation)
-    else:
-        t.messages.append({"role": "user", "content": step.observation})
+    fits = t.add_observation(chat, step.observation, budget=max_total_tokens)
     if t.done:
         return False
     if not fits:

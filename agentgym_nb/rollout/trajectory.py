@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 import torch
 
 PAD, TEMPLATE, PROMPT, ENV, POLICY = 0, 1, 2, 3, 4
-KIND_NAMES = {PAD: "padding", TEMPLATE: "template", PROMPT: "instruction", ENV: "environment", POLICY: "policy"}
 
 
 class ChatFormat:
@@ -124,16 +123,18 @@ class Trajectory:
         self.messages.append({"role": "assistant", "content": text})
         return text
 
-    def add_observation(self, chat: ChatFormat, observation: str) -> None:
-        """Append an env turn: the rest of the scaffolding, the observation, and the next generation header."""
+    def add_observation(self, chat: ChatFormat, observation: str, budget: int | None = None) -> bool:
+        """Append an env turn: the rest of the scaffolding, the observation, and the next generation header.
+        If that would make the sequence `budget` tokens or longer, only the chat text records it and False is
+        returned (the episode cannot continue)."""
         self.messages.append({"role": "user", "content": observation})
-        self._extend(chat.encode(chat.after_reply), TEMPLATE)
-        self._extend(chat.encode(observation), ENV)
-        self._extend(chat.encode(chat.generation_header), TEMPLATE)
-
-    def observation_cost(self, chat: ChatFormat, observation: str) -> int:
-        """Tokens that add_observation would append (to check the budget before appending)."""
-        return len(chat.encode(chat.after_reply)) + len(chat.encode(observation)) + len(chat.encode(chat.generation_header))
+        pieces = [(chat.encode(chat.after_reply), TEMPLATE), (chat.encode(observation), ENV),
+                  (chat.encode(chat.generation_header), TEMPLATE)]
+        if budget is not None and len(self.input_ids) + sum(len(ids) for ids, _ in pieces) >= budget:
+            return False
+        for ids, kind in pieces:
+            self._extend(ids, kind)
+        return True
 
     def _extend(self, ids: list[int], kind: int) -> None:
         self.input_ids.extend(ids)
