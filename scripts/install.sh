@@ -8,6 +8,20 @@ PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 stamp="$VENV/.installed-$(cat requirements.txt constraints.txt pyproject.toml scripts/install.sh | sha1sum | cut -c1-12)"
 if [ -f "$stamp" ]; then echo "install: $VENV is up to date"; exit 0; fi
+# System pieces: Chromium + chromedriver (WebArena, MiniWoB++; never a Playwright browser download) and Java 17+
+# (ScienceWorld's bundled jar). apt needs root; without it we say what is missing and carry on.
+missing=()
+command -v chromium >/dev/null || missing+=(chromium chromium-driver)
+command -v java >/dev/null || missing+=(default-jre-headless)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then apt_get="apt-get"; elif command -v sudo >/dev/null; then apt_get="sudo apt-get"; fi
+  if [ -n "${apt_get:-}" ]; then
+    echo "install: apt-get install ${missing[*]}"
+    $apt_get install -y -qq "${missing[@]}" >/dev/null 2>&1 || { $apt_get update -qq && $apt_get install -y -qq "${missing[@]}"; }
+  else
+    echo "install: WARNING: cannot apt-get install ${missing[*]} (not root, no sudo); the web and SciWorld envs need them"
+  fi
+fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 pip="$VENV/bin/python -m pip install --quiet"
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then

@@ -14,9 +14,13 @@ from .base import Env, EnvError, EnvStateError, InvalidAction, Step
 # name -> "module:class"; adding an environment is one line here
 _REGISTRY = {
     "babyai": "agentgym_nb.envs.babyai:BabyAI",
+    "textcraft": "agentgym_nb.envs.textcraft:TextCraft",
+    "sciworld": "agentgym_nb.envs.sciworld:SciWorld",
+    "searchqa": "agentgym_nb.envs.searchqa:SearchQA",
+    "webarena": "agentgym_nb.envs.webarena:WebArena",
+    "miniwob": "agentgym_nb.envs.miniwob:MiniWoB",
 }
 ENV_NAMES = tuple(_REGISTRY)
-PLANNED_NAMES = ("textcraft", "sciworld", "searchqa", "webarena")  # in the design, not implemented yet
 
 
 def env_class(name: str) -> type[Env]:
@@ -25,9 +29,7 @@ def env_class(name: str) -> type[Env]:
         module, cls = _REGISTRY[name].split(":")
         return getattr(importlib.import_module(module), cls)
     available = ", ".join(ENV_NAMES)
-    if name in PLANNED_NAMES:
-        raise ValueError(f"env {name!r} is not available yet; available: {available}")
-    close = difflib.get_close_matches(str(name), ENV_NAMES + PLANNED_NAMES, n=1)
+    close = difflib.get_close_matches(str(name), ENV_NAMES, n=1)
     hint = f", did you mean {close[0]!r}?" if close else ""
     raise ValueError(f"unknown env {name!r}{hint} (available: {available})")
 
@@ -49,7 +51,7 @@ def connect(name: str, url: str, timeout: float = 30.0) -> Env:
     """An env living on an AgentGym-protocol server at `url` (ours or AgentGym's own)."""
     from .http import HTTPEnv
 
-    return HTTPEnv(name, url, timeout=timeout)
+    return (env_class(name).http_client or HTTPEnv)(name, url, timeout=timeout)
 
 
 __all__ = ["ENV_NAMES", "Env", "EnvError", "EnvStateError", "InvalidAction", "Step", "connect", "env_class", "make",

@@ -66,7 +66,12 @@ class Env(abc.ABC):
     """
 
     name: str
+    title: str  # AgentGym's display name ("This is environment BabyAI.")
     task_instruction: str  # AgentGym's conversation_start[0], verbatim
+    # Wire formats that differ from BabyAI's (see envs/http.py): a function (app, pool, cls) adding the server's
+    # endpoints, and the HTTPEnv subclass that speaks to such a server.
+    http_routes = None
+    http_client = None
     phase: str = "new"
     score: float = 0.0  # cumulative over the episode
     reward: float = 0.0  # of the latest step
@@ -106,6 +111,12 @@ class Env(abc.ABC):
 
     def success(self, reward: float) -> bool:
         return reward > 0
+
+    @staticmethod
+    def is_valid_action(observation: str, action: str) -> bool:
+        """Whether `action` is one the env accepts in the state `observation` shows (logged as info["valid"]).
+        Envs that do not list their actions in the observation accept any text here and judge it when stepping."""
+        return True
 
     def close(self) -> None:
         self.phase = "closed"

@@ -1,6 +1,12 @@
-"""AgentGym's HTTP protocol (BabyAI/TextCraft/SciWorld flavour), both sides.
+"""AgentGym's HTTP protocol, both sides.
 
-Server: `make_app(name)` wraps in-process envs in a FastAPI app with AgentGym's endpoints and fields:
+Every AgentGym server has the same life cycle (/create, /reset, /step, /observation, /close) but each env spells its
+fields a little differently (`id` or `env_idx`, what /create and /reset return, extra endpoints). The shared parts
+live here: `EnvPool` (envs by id), `answer` (AgentGym's 200 {"error"} convention), `make_app`, and `HTTPEnv`, the
+client. An env whose wire format differs from BabyAI's sets `http_routes` (a function adding its endpoints to the
+app) and `http_client` (an HTTPEnv subclass) on its Env class, next to the env itself.
+
+Default routes (BabyAI's wire format, `id_routes`):
     GET  /                      -> "This is environment BabyAI."
     POST /create                -> {"id": int}
     POST /reset {id, data_idx}  -> {"observation", "reward", "score", "deleted", "done"}
@@ -82,7 +88,7 @@ class EnvPool:
         return True
 
 
-def _answer(handler):
+def answer(handler):
     """Run a request handler; any exception becomes AgentGym's 200 {"error": message}."""
     try:
         return handler()
@@ -90,29 +96,37 @@ def _answer(handler):
         return {"error": str(error) or error.__class__.__name__}
 
 
+def running(env: Env, env_id: int) -> Env:
+    """`env` if it is mid-episode; AgentGym's error wording otherwise."""
+    if env.phase == "new":
+        raise EnvStateError(f"The environment {env_id} has not been reset; POST /reset first.")
+    if env.phase == "over":
+        raise EnvStateError(f"The task with environment {env_id} has finished.")
+    return env
+
+
 def make_app(name: str, **kw) -> FastAPI:
     """The FastAPI app serving env `name` (built with `make(name, **kw)`) over AgentGym's protocol."""
     from . import env_class, make
 
-    title = env_class(name).title
+    cls = env_class(name)
     pool = EnvPool(lambda: make(name, **kw))
     app = FastAPI(title=f"agentgym-nb {name}")
     app.state.pool = pool
+    (cls.http_routes or id_routes)(app, pool, cls)
+    return app
 
-    def running(env: Env, env_id: int) -> Env:
-        if env.phase == "new":
-            raise EnvStateError(f"The environment {env_id} has not been reset; POST /reset first.")
-        if env.phase == "over":
-            raise EnvStateError(f"The task with environment {env_id} has finished.")
-        return env
+
+def id_routes(app: FastAPI, pool: EnvPool, cls: type[Env]) -> None:
+    """BabyAI's wire format: `id` in bodies and queries, /reset and /step answer observation/reward/score/done."""
 
     @app.get("/")
     def hello():
-        return f"This is environment {title}."
+        return f"This is environment {cls.title}."
 
     @app.post("/create")
     def create():
-        return _answer(lambda: {"id": pool.create()})
+        return answer(lambda: {"id": pool.create()})
 
     @app.post("/reset")
     def reset(body: ResetBody):
@@ -121,7 +135,7 @@ def make_app(name: str, **kw) -> FastAPI:
                 observation = env.reset(body.data_idx)
                 return {"observation": observation, "reward": env.reward, "score": env.score, "deleted": False,
                         "done": env.phase == "over"}
-        return _answer(handle)
+        return answer(handle)
 
     @app.post("/step")
     def step(body: StepBody):
@@ -132,7 +146,7 @@ def make_app(name: str, **kw) -> FastAPI:
                 result = env.step(body.action) if "Action:" in body.action else env.act(body.action)
                 return {"observation": result.observation, "reward": result.info.get("reward", 0.0),
                         "score": result.info["score"], "done": result.done}
-        return _answer(handle)
+        return answer(handle)
 
     @app.get("/observation")
     def observation(id: int):  # noqa: A002  (AgentGym's query parameter name)
@@ -143,13 +157,11 @@ def make_app(name: str, **kw) -> FastAPI:
                             "deleted": False}
                 return {"observation": env.observe(), "reward": env.reward, "score": env.score,
                         "done": env.phase == "over", "deleted": False}
-        return _answer(handle)
+        return answer(handle)
 
     @app.post("/close")
     def close(body: IdBody):
         return pool.close(body.id)
-
-    return app
 
 
 def serve(name: str, host: str = "127.0.0.1", port: int = 36002, **kw) -> None:
@@ -165,6 +177,7 @@ class HTTPEnv(Env):
 
     Every request has `timeout` seconds; an unreachable server, a timeout, a non-200 answer or an {"error"} answer
     raises EnvError naming the URL. Out-of-order calls raise EnvStateError locally, before any request.
+    Env-specific clients override `_create`, `_reset`, `act`, `observe` and `_close` (the wire calls) only.
     """
 
     def __init__(self, name: str, url: str, timeout: float = 30.0):
@@ -175,8 +188,17 @@ class HTTPEnv(Env):
         self.url, self.timeout = url.rstrip("/"), timeout
         self.session = requests.Session()
         self.last_observation = ""
-        self.env_id = self._call("POST", "create")["id"]
         self._local = None  # an in-process env for expert(), built on first use
+        self.env_id = self._create()
+
+    def parse_action(self, text: str) -> str:  # client-side, as AgentGym's clients do
+        return self.spec.parse_action(self, text)
+
+    def success(self, reward: float) -> bool:
+        return self.spec.success(self, reward)
+
+    def _create(self) -> int:
+        return self._call("POST", "create")["id"]
 
     def _call(self, method: str, path: str, body: dict | None = None, params: dict | None = None):
         url = f"{self.url}/{path}"
@@ -199,10 +221,15 @@ class HTTPEnv(Env):
     def reset(self, item_id: int) -> str:
         self.check_open()
         item_id = check_item_id(item_id, f"{self.name} item ids")
-        data = self._call("POST", "reset", {"id": self.env_id, "data_idx": item_id})
-        self.last_observation, self.reward, self.score = data["observation"], data["reward"], data["score"]
-        self.phase = "over" if data["done"] else "running"
+        self.last_observation = self._reset(item_id)
         return self.last_observation
+
+    def _reset(self, item_id: int) -> str:
+        """POST /reset; sets reward, score and phase; returns the first observation."""
+        data = self._call("POST", "reset", {"id": self.env_id, "data_idx": item_id})
+        self.reward, self.score = data["reward"], data["score"]
+        self.phase = "over" if data["done"] else "running"
+        return data["observation"]
 
     def act(self, action: str) -> Step:
         self.check_running()
@@ -217,6 +244,9 @@ class HTTPEnv(Env):
     def observe(self) -> str:
         return self._call("GET", "observation", params={"id": self.env_id})["observation"]
 
+    def _close(self) -> None:
+        self._call("POST", "close", {"id": self.env_id})
+
     def expert(self, item_id: int) -> list[str]:
         """Computed locally: item ids mean the same on both sides of the protocol."""
         if self._local is None:
@@ -228,7 +258,7 @@ class HTTPEnv(Env):
             return
         super().close()
         try:
-            self._call("POST", "close", {"id": self.env_id})
+            self._close()
         finally:
             self.session.close()
             if self._local is not None:
