@@ -34,6 +34,21 @@ def env_class(name: str) -> type[Env]:
     raise ValueError(f"unknown env {name!r}{hint} (available: {available})")
 
 
+def item_ids(name: str, split: str) -> list[int]:
+    """The env's shipped item list `split` ("train" or "test"), stored in AgentGym-RL-Data-ID's format
+    (`agentgym_nb/data/items/<env>_<split>.json` = `[{"item_id": "<env>_<n>"}, ...]`), as integers."""
+    import json
+    from pathlib import Path
+
+    env_class(name)
+    path = Path(__file__).resolve().parent.parent / "data" / "items" / f"{name}_{split}.json"
+    if not path.exists():
+        found = sorted(p.stem for p in path.parent.glob(f"{name}_*.json"))
+        raise ValueError(f"no {split!r} item list for env {name!r}; shipped: {found}")
+    records = json.loads(path.read_text())
+    return [int(record["item_id"].rsplit("_", 1)[1]) for record in records]
+
+
 def make(name: str, **kw) -> Env:
     """An in-process env."""
     return env_class(name)(**kw)
@@ -54,5 +69,5 @@ def connect(name: str, url: str, timeout: float = 30.0) -> Env:
     return (env_class(name).http_client or HTTPEnv)(name, url, timeout=timeout)
 
 
-__all__ = ["ENV_NAMES", "Env", "EnvError", "EnvStateError", "InvalidAction", "Step", "connect", "env_class", "make",
-           "serve"]
+__all__ = ["ENV_NAMES", "Env", "EnvError", "EnvStateError", "InvalidAction", "Step", "connect", "env_class",
+           "item_ids", "make", "serve"]

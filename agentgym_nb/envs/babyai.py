@@ -368,6 +368,9 @@ class BabyAI(Env):
         listed = json.loads(observation[observation.rindex("\nAvailable actions: ") + 20:])
         return "check" in action or action in listed
 
+    def category(self, item_id: int) -> str:
+        return level_and_seed(item_id)[0]
+
     def close(self) -> None:
         if self.world is not None:
             self.world.close()

@@ -112,6 +112,10 @@ class Env(abc.ABC):
     def success(self, reward: float) -> bool:
         return reward > 0
 
+    def category(self, item_id: int) -> str:
+        """The group `item_id` is reported under in per-category results (BabyAI level, TextCraft depth, ...)."""
+        return self.name
+
     @staticmethod
     def is_valid_action(observation: str, action: str) -> bool:
         """Whether `action` is one the env accepts in the state `observation` shows (logged as info["valid"]).
