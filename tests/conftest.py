@@ -1,5 +1,9 @@
 """Shared fixtures: the smoke-sized nano model (built once, cached under outputs/models) and engines on it."""
+import contextlib
 import os
+import socket
+import threading
+import time
 
 import pytest
 
@@ -37,3 +41,24 @@ def vllm_nano(nano_dir):
 def hf_nano(nano_dir, tokenizer):
     from agentgym_nb.rollout.engine import HFEngine
     return HFEngine(nano_dir, tokenizer=tokenizer)
+
+
+@contextlib.contextmanager
+def loopback_server(app):
+    """Serve an ASGI `app` (e.g. `envs.http.make_app(name)`) on a free 127.0.0.1 port in a thread; yields its URL."""
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        assert thread.is_alive(), "the server thread died during startup"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()

@@ -9,12 +9,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-import uvicorn
 
 from agentgym_nb.envs import EnvError, EnvStateError, connect, make
 from agentgym_nb.envs.babyai import expert_replies
 from agentgym_nb.envs.base import MULTIPLE_ACTIONS
 from agentgym_nb.envs.http import make_app
+from conftest import loopback_server
 
 pytestmark = pytest.mark.timeout(120)  # a hang is a failure, not a stuck CI job
 
@@ -35,18 +35,8 @@ def reply(action: str) -> str:
 def server():
     """Our BabyAI server on a free 127.0.0.1 port, in a thread; yields (url, its env pool)."""
     app = make_app("babyai")
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    uvicorn_server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=uvicorn_server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not uvicorn_server.started:
-        assert thread.is_alive(), "the server thread died during startup"
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}", app.state.pool
-    uvicorn_server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    with loopback_server(app) as url:
+        yield url, app.state.pool
 
 
 def post(url: str, path: str, body: dict | None = None):
