@@ -162,6 +162,20 @@ def test_completion_contract(engine, prompts):
     assert len({tuple(r) for r in repeats}) > 1
 
 
+def test_seeded_completion_does_not_depend_on_the_batch(engine, prompts):
+    """With per-prompt seeds a completion is a function of (prompt, seed, weights): evaluations reproduce whatever
+    else shares the generate call."""
+    params = SamplingParams(temperature=1.0, max_tokens=12)
+    seeds = [11 * (i + 1) for i in range(len(prompts))]
+    together = engine.generate(prompts, params, seeds=seeds)
+    alone = engine.generate([prompts[-1]], params, seeds=seeds[-1:])
+    assert alone[0].token_ids == together[-1].token_ids
+    assert alone[0].logprobs == pytest.approx(together[-1].logprobs, abs=1e-4)
+    assert engine.generate([prompts[-1]], params, seeds=[99])[0].token_ids != alone[0].token_ids
+    with pytest.raises(ValueError, match="2 seeds for 1 prompts"):
+        engine.generate([prompts[0]], params, seeds=[1, 2])
+
+
 def test_stop_token_ends_turn_and_is_kept(engine, prompts):
     greedy = engine.generate(prompts, GREEDY)
     for prompt, g in zip(prompts, greedy):

@@ -43,8 +43,8 @@ class KillAfterFirstCall:
     def __init__(self, engine, proc):
         self.engine, self.proc = engine, proc
 
-    def generate(self, prompts, params):
-        out = self.engine.generate(prompts, params)
+    def generate(self, prompts, params, seeds=None):
+        out = self.engine.generate(prompts, params, seeds)
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()

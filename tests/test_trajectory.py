@@ -17,8 +17,8 @@ class Recording:
     def __init__(self, engine):
         self.engine, self.calls = engine, []
 
-    def generate(self, prompts, params):
-        out = self.engine.generate(prompts, params)
+    def generate(self, prompts, params, seeds=None):
+        out = self.engine.generate(prompts, params, seeds)
         self.calls += [(list(p), c) for p, c in zip(prompts, out)]
         return out
 

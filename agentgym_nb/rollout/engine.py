@@ -47,8 +47,11 @@ class Completion:
 
 class Engine(ABC):
     @abstractmethod
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        """One completion per prompt, in prompt order."""
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 seeds: list[int] | None = None) -> list[Completion]:
+        """One completion per prompt, in prompt order. `seeds[i]` seeds prompt i's draws, so its completion depends
+        only on its prompt, its seed and the weights, not on the rest of the batch; without `seeds`, prompt i is
+        seeded `params.seed + i` (or not at all when params.seed is None)."""
 
     @abstractmethod
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -86,6 +89,11 @@ def check_prompts(prompts: list[list[int]]) -> None:
             raise ValueError(f"prompt {i} is empty; every prompt needs at least one token id")
 
 
+def check_seeds(seeds: list[int] | None, prompts: list[list[int]]) -> None:
+    if seeds is not None and len(seeds) != len(prompts):
+        raise ValueError(f"got {len(seeds)} seeds for {len(prompts)} prompts; give one seed per prompt or none")
+
+
 def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
     """Set to -inf every logit outside the top_k largest, then outside the smallest set of largest logits whose
     probability mass reaches top_p (the top token always survives)."""
@@ -101,16 +109,17 @@ def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.
     return logits
 
 
-def sample_next(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None):
+def sample_next(logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator | None]):
     """(ids[B], logprobs[B]) for logits[B, V]: argmax of log_softmax(logits) when greedy, else a draw from
-    softmax(filter_top_k_top_p(logits / T)) and its log-prob under that distribution."""
+    softmax(filter_top_k_top_p(logits / T)) (row b with generators[b]) and its log-prob under that distribution."""
     logits = logits.float()
     if params.temperature == 0:
         logp = logits.log_softmax(dim=-1)
         ids = logp.argmax(dim=-1)
     else:
         logp = filter_top_k_top_p(logits / params.temperature, params.top_k, params.top_p).log_softmax(dim=-1)
-        ids = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+        probs = logp.exp()
+        ids = torch.cat([torch.multinomial(probs[b:b + 1], 1, generator=g)[0] for b, g in enumerate(generators)])
     return ids, logp.gather(-1, ids[:, None]).squeeze(-1)
 
 
@@ -130,19 +139,25 @@ class HFEngine(Engine):
         self.generator = torch.Generator().manual_seed(seed)
 
     @torch.inference_mode()
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 seeds: list[int] | None = None) -> list[Completion]:
         check_prompts(prompts)
-        generator = self.generator if params.seed is None else torch.Generator().manual_seed(params.seed)
+        if seeds is None and params.seed is not None:
+            seeds = [params.seed + i for i in range(len(prompts))]
+        check_seeds(seeds, prompts)
+        generators = ([self.generator] * len(prompts) if seeds is None
+                      else [torch.Generator().manual_seed(s) for s in seeds])
         stop = torch.tensor(sorted(set(params.stop_token_ids) | set(self.eos_token_ids)), dtype=torch.long)
         was_training = self.model.training
         self.model.eval()  # the trainer may share this model; dropout must not touch sampling
         try:
             return [c for start in range(0, len(prompts), self.batch_size)
-                    for c in self._generate_batch(prompts[start:start + self.batch_size], params, stop, generator)]
+                    for c in self._generate_batch(prompts[start:start + self.batch_size], params, stop,
+                                                  generators[start:start + self.batch_size])]
         finally:
             self.model.train(was_training)
 
-    def _generate_batch(self, prompts, params, stop, generator) -> list[Completion]:
+    def _generate_batch(self, prompts, params, stop, generators) -> list[Completion]:
         from transformers import DynamicCache
         device = self.model.device
         width = max(map(len, prompts))
@@ -156,7 +171,7 @@ class HFEngine(Engine):
         for step in range(params.max_tokens):
             logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                                 past_key_values=cache, use_cache=True).logits[:, -1]
-            next_ids, next_logprobs = sample_next(logits.cpu(), params, generator)
+            next_ids, next_logprobs = sample_next(logits.cpu(), params, generators)
             tokens.append(next_ids)
             logprobs.append(next_logprobs)
             hit_stop = torch.isin(next_ids, stop) & ~stopped
@@ -219,16 +234,19 @@ class VLLMEngine(Engine):
             torch.set_num_threads = set_num_threads
             torch.set_num_threads(threads)
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 seeds: list[int] | None = None) -> list[Completion]:
         from vllm import SamplingParams as VLLMSamplingParams
         check_prompts(prompts)
+        if seeds is None and params.seed is not None:
+            seeds = [params.seed + i for i in range(len(prompts))]  # repeated prompts must still differ
+        check_seeds(seeds, prompts)
         stop = sorted(set(params.stop_token_ids) | set(self.eos_token_ids))
 
         def vllm_params(i: int) -> VLLMSamplingParams:
-            # vLLM seeds each request on its own: prompt i gets seed + i so repeated prompts still differ.
             return VLLMSamplingParams(
                 temperature=params.temperature, top_p=params.top_p, top_k=params.top_k, max_tokens=params.max_tokens,
-                stop_token_ids=stop, seed=None if params.seed is None else params.seed + i, logprobs=0,
+                stop_token_ids=stop, seed=None if seeds is None else seeds[i], logprobs=0,
                 detokenize=False, skip_special_tokens=False)
 
         outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts],

@@ -43,7 +43,14 @@ class RolloutStats:
 @dataclass
 class _Episode:
     traj: Trajectory
+    index: int  # position in the run's episode order: with the turn number it fixes the episode's random draws
     env: Env | None = None
+
+
+def turn_seed(seed: int, episode: int, turn: int) -> int:
+    """The sampling seed of one reply: a function of (run seed, episode, turn) only, so an episode samples the
+    same replies whichever other episodes share its generate call (evaluations reproduce and resume exactly)."""
+    return (seed + 1_000_003 * episode + 7919 * turn) % 2**31
 
 
 def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[int], chat: ChatFormat, *,
@@ -61,17 +68,17 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
     params = dataclasses.replace(params, stop_token_ids=sorted(set(params.stop_token_ids) | set(chat.stop_token_ids)))
     stats = stats if stats is not None else RolloutStats()
     t0 = time.perf_counter()
-    todo = deque((group, item) for group, item in enumerate(item_ids) for _ in range(n))
+    todo = deque(enumerate((group, item) for group, item in enumerate(item_ids) for _ in range(n)))
     finished: list[Trajectory] = []
     waiting: dict[cf.Future, tuple[_Episode, float]] = {}   # env call in flight -> (episode, deadline)
     ready: list[_Episode] = []                                # env replied; needs a generation
-    calls = 0
     torch_threads = torch.get_num_threads()
     torch.set_num_threads(threads or torch_threads)
     pool = cf.ThreadPoolExecutor(max_workers=max(1, min(max_concurrency, 64)), thread_name_prefix="env")
 
-    def begin(group: int, item: int) -> None:
-        ep = _Episode(Trajectory(item_id=item, group=group))
+    def begin(index: int, group_item: tuple[int, int]) -> None:
+        group, item = group_item
+        ep = _Episode(Trajectory(item_id=item, group=group), index)
         waiting[pool.submit(_reset, env_factory, ep, item)] = (ep, time.monotonic() + env_timeout)
 
     def finish(ep: _Episode) -> None:
@@ -102,9 +109,9 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
             if ready:
                 batch, ready = ready, []
                 tg = time.perf_counter()
-                call = params if params.seed is None else dataclasses.replace(params, seed=params.seed + 7919 * calls)
-                calls += 1   # a fresh seed per call: turns must not replay the same random stream
-                completions = engine.generate([ep.traj.input_ids for ep in batch], call)
+                seeds = None if params.seed is None else [turn_seed(params.seed, ep.index, ep.traj.num_rounds)
+                                                          for ep in batch]
+                completions = engine.generate([ep.traj.input_ids for ep in batch], params, seeds)
                 stats.generate_seconds += time.perf_counter() - tg
                 for ep, c in zip(batch, completions):
                     ids, logprobs = c.token_ids, c.logprobs
