@@ -47,13 +47,15 @@ class RunConfig:
     engine: str = "auto"                 # "vllm", "hf" or "auto" (vllm when importable)
     env_url: str | None = None           # talk to an AgentGym-protocol server instead of an in-process env
     seed: int = 0
-    # data: item ids. Train and test pools are disjoint ranges of the env's item ids.
-    train_items: tuple[int, int] = (0, 4000)       # [start, stop)
-    test_items: tuple[int, int] = (100_000, 101_000)
+    # data: item ids. None = the env's shipped list (agentgym_nb/data/items/<env>_<split>.json); or [start, stop)
+    train_items: tuple[int, int] | None = None
+    test_items: tuple[int, int] | None = None
     levels: list[int] | None = None      # BabyAI only: restrict items to these level indices (item_id % 40)
     # rollout
     prompts_per_step: int = 8            # data.train_batch_size: distinct items per training step
     samples_per_prompt: int = 4          # actor_rollout_ref.rollout.n: episodes per item (one GRPO group)
+    oversample: int = 1                  # roll out prompts_per_step x oversample items per step ...
+    filter_groups: bool = False          # ... and train on at most prompts_per_step groups whose scores differ
     max_tokens: int = 48                 # per assistant turn
     max_total_tokens: int = 2048         # whole trajectory budget (prompt + all turns); beyond it: truncated
     temperature: float = 1.0
@@ -70,8 +72,13 @@ class RunConfig:
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     clip_ratio: float = 0.2
-    kl_coef: float = 0.001               # KL loss against the frozen reference (0 disables the reference)
-    kl_type: str = "low_var_kl"
+    kl_coef: float = 0.001               # KL to the frozen reference (0 disables the reference)
+    kl_type: str = "low_var_kl"          # k1, k2 (mse), k3 (low_var_kl), abs
+    kl_in_reward: bool = False           # KL as a per-token reward penalty (REINFORCE++, GAE) instead of a loss term
+    gamma: float = 1.0                   # discount per trainable token (REINFORCE++, GAE)
+    lam: float = 1.0                     # GAE's lambda
+    critic_lr: float | None = None       # GAE's critic; None = lr
+    value_clip: float = 0.5
     entropy_coef: float = 0.0
     loss_agg: str = "token-mean"
     ppo_epochs: int = 1
@@ -104,6 +111,14 @@ DOTTED_KEYS = {
     "algorithm.rounds_ctrl.rounds": "rounds",
     "algorithm.rounds_ctrl.steps_scaling_inter": "rounds_every",
     "algorithm.kl_ctrl.kl_coef": "kl_coef",
+    "algorithm.kl_penalty": "kl_type",
+    "algorithm.use_kl_in_reward": "kl_in_reward",
+    "algorithm.gamma": "gamma",
+    "algorithm.lam": "lam",
+    "critic.optim.lr": "critic_lr",
+    "critic.cliprange_value": "value_clip",
+    "actor_rollout_ref.actor.loss_agg_mode": "loss_agg",
+    "actor_rollout_ref.model.lora_rank": "lora_rank",
     "actor_rollout_ref.model.path": "model",
     "actor_rollout_ref.rollout.n": "samples_per_prompt",
     "actor_rollout_ref.rollout.max_tokens": "max_tokens",
@@ -118,6 +133,7 @@ DOTTED_KEYS = {
     "actor_rollout_ref.actor.ppo_epochs": "ppo_epochs",
     "actor_rollout_ref.actor.grad_clip": "grad_clip",
     "data.train_batch_size": "prompts_per_step",
+    "algorithm.filter_groups.enable": "filter_groups",
     "data.max_response_length": "max_response_length",   # special: added to the prompt budget, see _apply
     "trainer.total_training_steps": "steps",
     "trainer.save_freq": "save_every",
@@ -218,6 +234,15 @@ def _apply(cfg: RunConfig, values: dict[str, Any]) -> None:
         setattr(cfg, name, value)
 
 
+def item_pool(cfg: RunConfig, split: str) -> list[int]:
+    """The item ids of `split` ("train" or "test"): the range `cfg.<split>_items` when set, else the env's shipped
+    list; for BabyAI, only items whose level (id % 40) is in `cfg.levels`."""
+    from . import envs
+    lo_hi = cfg.train_items if split == "train" else cfg.test_items
+    pool = list(range(*lo_hi)) if lo_hi is not None else envs.item_ids(cfg.env, split)
+    return [i for i in pool if cfg.levels is None or i % 40 in cfg.levels]
+
+
 def validate(cfg: RunConfig) -> None:
     _check_choice("env", cfg.env, ENVS)
     _check_choice("preset", cfg.preset, PRESETS)
@@ -225,22 +250,31 @@ def validate(cfg: RunConfig) -> None:
     _check_choice("schedule", cfg.schedule, ("fixed", "stepwise", "adaptive"))
     _check_choice("algorithm", cfg.algorithm, ("grpo", "rloo", "reinforce_plus_plus", "gae"))
     _check_choice("loss_agg", cfg.loss_agg, ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"))
+    _check_choice("kl_type", cfg.kl_type, ("k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs"))
+    if cfg.kl_in_reward and cfg.algorithm not in ("reinforce_plus_plus", "gae"):
+        raise ValueError(f"kl_in_reward puts the KL into per-token rewards, which only reinforce_plus_plus and gae "
+                         f"use; {cfg.algorithm} scores whole episodes (use the KL loss: kl_in_reward=False)")
     if not cfg.rounds or any(not isinstance(r, int) or r < 1 for r in cfg.rounds):
         raise ValueError(f"rounds must be a non-empty list of positive integers, got {cfg.rounds!r}")
-    for name in ("prompts_per_step", "samples_per_prompt", "max_tokens", "steps", "rounds_every", "eval_items",
+    for name in ("prompts_per_step", "samples_per_prompt", "oversample", "max_tokens", "steps", "rounds_every", "eval_items",
                  "eval_samples", "eval_rounds", "ppo_epochs", "mini_batches", "save_every"):
         value = getattr(cfg, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     for name in ("train_items", "test_items"):
+        if getattr(cfg, name) is None:
+            continue
         lo, hi = getattr(cfg, name)
         if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo < hi):
             raise ValueError(f"{name} must be [start, stop) with 0 <= start < stop, got {(lo, hi)!r}")
-    a, b = cfg.train_items, cfg.test_items
-    if a[0] < b[1] and b[0] < a[1]:
-        raise ValueError(f"train_items {a} and test_items {b} overlap: held-out items must not be trained on")
     if cfg.levels is not None and any(not 0 <= lv < 40 for lv in cfg.levels):
         raise ValueError(f"levels are BabyAI level indices in [0, 40), got {cfg.levels!r}")
+    if cfg.levels is not None and cfg.env != "babyai":
+        raise ValueError(f"levels selects BabyAI levels; env {cfg.env!r} has none (set levels=None)")
+    shared = set(item_pool(cfg, "train")) & set(item_pool(cfg, "test"))
+    if shared:
+        raise ValueError(f"train_items {cfg.train_items} and test_items {cfg.test_items} overlap (e.g. item "
+                         f"{min(shared)}): held-out items must not be trained on")
     if cfg.mini_batches > cfg.prompts_per_step:
         raise ValueError(f"mini_batches ({cfg.mini_batches}) cannot exceed prompts_per_step ({cfg.prompts_per_step})")
 

@@ -53,8 +53,6 @@ class NanoSpec:
 SMOKE_SPEC = NanoSpec(hidden=64, layers=2, heads=2, kv_heads=1, ffn=128, vocab=768, demos=80, bc_max_steps=30,
                       bc_batch_tokens=4096, check_every=30, val_items=4, target_success=1.1, max_rounds=2)
 
-VAL_ITEMS_START = 90_000              # validation item ids: disjoint from the default train (0..) and test (100000..)
-
 
 def resolve_config(cfg, log=print) -> str:
     """The model folder of a RunConfig. Everything (trainer, CLI, tests, benchmarks) goes through here, so they
@@ -128,6 +126,7 @@ def expert_conversations(env_name: str, item_ids: list[int]) -> list[tuple[int, 
 CONTENT_WORDS = {
     "babyai": ["red", "green", "blue", "purple", "yellow", "grey", "ball", "box", "key", "door", "goal", "wall",
                "lava", "open", "closed", "locked", "left", "right", "forward", "front", "behind", "carrying"],
+    "textcraft": ["craft", "get", "using", "inventory", "planks", "logs", "stick", "dye", "wool", "ingot", "nugget"],
 }
 
 
@@ -182,7 +181,7 @@ def build_nano(path: str, spec: NanoSpec, log=print) -> str:
     torch.manual_seed(spec.seed)
     random.seed(spec.seed)
     os.makedirs(path, exist_ok=True)
-    items = list(range(spec.demos)) if spec.levels is None else _level_items(0, spec.demos, spec.levels)
+    items, val_items = nano_items(spec)
     convs = expert_conversations(spec.env, items)
     log(f"nano: {len(convs)} expert episodes from {len(items)} items ({time.time() - t0:.0f}s)")
     texts = [m["content"] for _, msgs, _ in convs for m in msgs]   # with repeats: merges follow frequency
@@ -196,8 +195,6 @@ def build_nano(path: str, spec: NanoSpec, log=print) -> str:
     model = Qwen2ForCausalLM(config)
     log(f"nano: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, vocab {len(tokenizer)}")
     demos = [t for t in demo_trajectories(chat, convs) if len(t.input_ids) <= spec.max_total_tokens]
-    val_items = (list(range(VAL_ITEMS_START, VAL_ITEMS_START + spec.val_items)) if spec.levels is None
-                 else _level_items(VAL_ITEMS_START, spec.val_items, spec.levels))
     model.save_pretrained(path)   # the validation engine starts from this folder and gets weights synced in
     engine = make_engine("auto", path, max_model_len=spec.max_total_tokens + 64, tokenizer=tokenizer, kv_cache_gib=0.5)
     try:
@@ -217,14 +214,16 @@ def build_nano(path: str, spec: NanoSpec, log=print) -> str:
     return path
 
 
-def _level_items(start: int, count: int, levels: list[int]) -> list[int]:
-    """`count` item ids >= start whose level (id % 40) is in `levels`."""
-    out, i = [], start
-    while len(out) < count:
-        if i % 40 in levels:
-            out.append(i)
-        i += 1
-    return out
+def nano_items(spec: NanoSpec) -> tuple[list[int], list[int]]:
+    """(demonstration items, validation items), both from the env's shipped train list (BabyAI: only `levels`):
+    validation is its last `val_items` items, demonstrations the first `demos` of the rest. Test items are never
+    seen by the build."""
+    from . import envs
+    train = [i for i in envs.item_ids(spec.env, "train") if spec.levels is None or i % 40 in spec.levels]
+    if len(train) <= spec.val_items:
+        raise ValueError(f"{spec.env}: {len(train)} train items cannot give {spec.val_items} validation items and "
+                         "demonstrations")
+    return train[:len(train) - spec.val_items][:spec.demos], train[len(train) - spec.val_items:]
 
 
 # ------------------------------------------------------------------------------------------------- smollm2-135m

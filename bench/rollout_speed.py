@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 def main() -> None:
     import torch
     from agentgym_nb import envs, models
-    from agentgym_nb.config import make_config
+    from agentgym_nb.config import item_pool, make_config
     from agentgym_nb.rollout.engine import SamplingParams, make_engine
     from agentgym_nb.rollout.runner import RolloutStats, run_episodes
     from agentgym_nb.rollout.trajectory import ChatFormat
@@ -34,7 +34,7 @@ def main() -> None:
     cfg = make_config(preset="cpu")
     model_dir = models.resolve_config(cfg)
     chat = ChatFormat(models.load_tokenizer(model_dir))
-    pool = [i for i in range(cfg.train_items[0], cfg.train_items[1]) if i % 40 in cfg.levels]
+    pool = item_pool(cfg, "train")
     items = pool[: cfg.prompts_per_step]
     rounds = max(cfg.rounds)
     results = {}

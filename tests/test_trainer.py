@@ -80,3 +80,56 @@ def test_items_for_step_is_a_pure_function(tmp_path, nano_dir):
     seen = [i for step in (1, 2, 3) for i in trainer.items_for_step(step)]
     assert sorted(seen[:10]) == list(range(10))     # one epoch covers the pool once
     assert trainer.items_for_step(2) == Trainer(cfg, log=lambda *a: None).items_for_step(2)
+
+
+def real_rollouts_with_known_scores(trainer):
+    """Real episodes of the smoke model (2 items x 4 samples), re-scored 0/1 alternately so every group has signal."""
+    from agentgym_nb.rollout.runner import run_episodes
+    cfg = trainer.cfg
+    trajs = run_episodes(trainer.engine, trainer.env_factory, trainer.items_for_step(1), trainer.chat,
+                         n=cfg.samples_per_prompt, max_rounds=2, max_total_tokens=cfg.max_total_tokens,
+                         params=SamplingParams(temperature=1.0, max_tokens=cfg.max_tokens, seed=5))
+    for i, t in enumerate(trajs):
+        t.reward = float(i % 2)
+    return [t for t in trajs if t.num_policy_tokens > 0]
+
+
+@pytest.mark.parametrize("algorithm,extra", [("grpo", {}), ("rloo", {}), ("reinforce_plus_plus", {}),
+                                             ("reinforce_plus_plus", {"kl_in_reward": True, "kl_coef": 0.1}),
+                                             ("gae", {"critic_lr": 1e-2})])
+def test_every_estimator_updates_the_policy(tmp_path, nano_dir, algorithm, extra):
+    cfg = smoke_config(tmp_path, algorithm, engine="hf", algorithm=algorithm, lr=1e-3, samples_per_prompt=4,
+                       ppo_epochs=2, mini_batches=2, **extra)
+    trainer = Trainer(cfg, log=lambda *a: None)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trajs = real_rollouts_with_known_scores(trainer)
+    out = trainer._update(trajs, 1)
+    assert out["optimizer_steps"] == 4     # ppo_epochs x mini_batches are honoured
+    assert any(not torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    if algorithm == "gae":
+        losses = [out["value_loss"]] + [trainer._update(trajs, s)["value_loss"] for s in (2, 3, 4, 5)]
+        assert losses[-1] < 0.5 * losses[0], f"the critic does not fit the returns: {losses}"
+        assert -1 <= trainer._update(trajs, 6)["explained_variance"] <= 1
+    if extra.get("kl_in_reward"):
+        assert trainer._update(trajs, 2)["kl"] > 0   # the policy moved away from the reference
+
+
+def test_lora_trains_adapters_only_and_the_engine_samples_the_merged_model(tmp_path, nano_dir):
+    trainer = Trainer(smoke_config(tmp_path, "lora", engine="hf", lora_rank=4, lr=5e-3), log=lambda *a: None)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    frozen = {k: v.clone() for k, v in model.state_dict().items() if "lora_" not in k}
+    trainer._update(real_rollouts_with_known_scores(trainer), 1)
+    trainer.sync_engine()
+    state = model.state_dict()
+    assert all(torch.equal(state[k], v) for k, v in frozen.items()), "LoRA must leave the base weights alone"
+    assert any(not torch.equal(v, torch.zeros_like(v)) for k, v in state.items() if "lora_B" in k)
+    from agentgym_nb import envs
+    from agentgym_nb.rollout.trajectory import Trajectory
+    env = envs.make("babyai")
+    ids = [Trajectory.start(trainer.chat, env.instruction, env.reset(i), i).input_ids for i in (3, 45)]
+    greedy = SamplingParams(temperature=0, max_tokens=10)
+    engine_out = trainer.engine.generate(ids, greedy)
+    peft_out = HFEngine(model=model, tokenizer=trainer.tokenizer).generate(ids, greedy)
+    assert [c.token_ids for c in engine_out] == [c.token_ids for c in peft_out]
+    assert max(abs(a - b) for c, d in zip(engine_out, peft_out) for a, b in zip(c.logprobs, d.logprobs)) < 1e-4

@@ -56,3 +56,35 @@ def set_threads(n: int = 0) -> int:
     n = n or os.cpu_count() or 1
     torch.set_num_threads(n)
     return n
+
+
+def add_lora(model, r: int = 8, alpha: int = 16, target_modules="all-linear", dropout: float = 0.0):
+    """Wrap `model` (in place) with LoRA adapters through peft: W x + (alpha / r) * B A x on every targeted linear
+    layer, A random and B zero, so the wrapped model starts out computing exactly what `model` did. Only A and B
+    train. "all-linear" targets every linear layer except the output head."""
+    from peft import LoraConfig, get_peft_model
+    config = LoraConfig(r=r, lora_alpha=alpha, target_modules=target_modules, lora_dropout=dropout,
+                        task_type="CAUSAL_LM")
+    return get_peft_model(model, config)
+
+
+@torch.no_grad()
+def merged_state_dict(model) -> dict[str, torch.Tensor]:
+    """The weights a rollout engine needs, under the plain HF names: for a peft model, W + (alpha / r) * B A for
+    every LoRA layer, without the peft prefixes or the adapter tensors; for any other model, its state dict.
+
+    The model is not modified (no merge/unmerge round trip, whose float rounding would drift the base weights a
+    little at every sync)."""
+    from peft import PeftModel
+    from peft.tuners.lora import LoraLayer
+    if not isinstance(model, PeftModel):
+        return {k: v.detach() for k, v in model.state_dict().items()}
+    base = model.get_base_model()
+    out = {name.replace(".base_layer.", "."): t.detach() for name, t in base.state_dict().items()
+           if "lora_" not in name}
+    for name, module in base.named_modules():
+        if isinstance(module, LoraLayer) and not module.merged and not module.disable_adapters:
+            for adapter in module.active_adapters:
+                if adapter in module.lora_A:
+                    out[f"{name}.weight"] = out[f"{name}.weight"] + module.get_delta_weight(adapter)
+    return out

@@ -3,8 +3,12 @@
 One training step:
     1. horizon   H = schedule.rounds_at(step)                    (ScalingInter-RL: short first, longer later)
     2. rollout   items_for_step(step) x n episodes, each at most H replies, sampled by the engine
-    3. credit    advantages from the episode scores (GRPO: score minus its group's mean, over the group's std)
-    4. update    PPO-clip loss on policy tokens + KL to the frozen reference, ppo_epochs x mini_batches steps
+                 (with filter_groups: oversampled items, then only groups whose scores differ are kept: a group
+                 where every episode scored the same has zero advantage and would only dilute the update)
+    3. credit    advantages from the episode scores (GRPO: score minus its group's mean, over the group's std;
+                 RLOO: minus the mean of the others; REINFORCE++: whitened returns; GAE: a critic's values)
+    4. update    PPO-clip loss on policy tokens + KL to the frozen reference (a loss term, or a per-token reward
+                 penalty with kl_in_reward), ppo_epochs x mini_batches steps; GAE also fits the critic
     5. sync      the new weights go into the engine, so the next rollout samples from the updated policy
 Everything that decides a step (its items, its horizon, its sampling seed, its mini-batch order) is a pure function
 of the step number and the config, so a run resumed from a checkpoint continues exactly as if never stopped.
@@ -23,13 +27,33 @@ import torch
 
 from .. import envs, models
 from ..algos import advantages as adv_fns
-from ..algos.losses import aggregate, kl_penalty, policy_loss
+from ..algos.losses import aggregate, explained_variance, kl_penalty, policy_loss, value_loss
 from ..algos.schedule import make_schedule
-from ..config import RunConfig
+from ..config import RunConfig, item_pool
 from ..rollout.engine import SamplingParams, make_engine
 from ..rollout.runner import RolloutStats, run_episodes, write_rollout_log
 from ..rollout.trajectory import ChatFormat, collate
-from .common import micro_batches, set_threads, token_logprobs, trim
+from .common import add_lora, merged_state_dict, micro_batches, set_threads, token_logprobs, trim
+
+
+class Critic(torch.nn.Module):
+    """V(state before token t) for every position t: the policy's transformer body (a copy, trained separately)
+    under a linear head that starts at zero. Aligned like token_logprobs: values[:, t] is read from the hidden state
+    at t - 1, the state in which token t was sampled."""
+
+    def __init__(self, model_dir: str):
+        super().__init__()
+        from transformers import AutoModel
+        self.body = AutoModel.from_pretrained(model_dir, dtype=torch.float32)
+        self.head = torch.nn.Linear(self.body.config.hidden_size, 1)
+        torch.nn.init.zeros_(self.head.weight)
+        torch.nn.init.zeros_(self.head.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        right_padded = bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
+        hidden = self.body(input_ids=input_ids, attention_mask=None if right_padded else attention_mask)
+        values = self.head(hidden.last_hidden_state).squeeze(-1).float()
+        return torch.nn.functional.pad(values[:, :-1], (1, 0))
 
 
 class Trainer:
@@ -45,10 +69,19 @@ class Trainer:
         self.ref = None
         if cfg.kl_coef > 0:
             self.ref = copy.deepcopy(model).eval().requires_grad_(False)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        if cfg.lora_rank:
+            model = add_lora(model, r=cfg.lora_rank, alpha=2 * cfg.lora_rank)
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                                      weight_decay=cfg.weight_decay)
         self.accelerator = Accelerator(cpu=not torch.cuda.is_available(),
                                        mixed_precision="bf16" if cfg.bf16 else "no")
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+        self.critic = None
+        if cfg.algorithm == "gae":
+            critic = Critic(self.model_dir)
+            critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.critic_lr or cfg.lr,
+                                                 weight_decay=cfg.weight_decay)
+            self.critic, self.critic_optimizer = self.accelerator.prepare(critic, critic_optimizer)
         self.engine = make_engine(cfg.engine, self.model_dir, max_model_len=cfg.max_total_tokens + cfg.max_tokens,
                                   seed=cfg.seed, tokenizer=self.tokenizer)
         set_threads(cfg.threads)   # the engine may have changed torch's thread count
@@ -66,13 +99,9 @@ class Trainer:
             return envs.connect(self.cfg.env, self.cfg.env_url, timeout=self.cfg.env_timeout)
         return envs.make(self.cfg.env)
 
-    def item_pool(self, lo_hi: tuple[int, int]) -> list[int]:
-        lo, hi = lo_hi
-        return [i for i in range(lo, hi) if self.cfg.levels is None or i % 40 in self.cfg.levels]
-
     def items_for_step(self, step: int) -> list[int]:
         """The prompts of training step `step` (1-based): consecutive slices of a per-epoch seeded shuffle."""
-        pool, k = self.item_pool(self.cfg.train_items), self.cfg.prompts_per_step
+        pool, k = item_pool(self.cfg, "train"), self.cfg.prompts_per_step * self.cfg.oversample
         out = []
         for index in range((step - 1) * k, step * k):
             epoch, pos = divmod(index, len(pool))
@@ -82,7 +111,7 @@ class Trainer:
         return out
 
     def test_items(self) -> list[int]:
-        return self.item_pool(self.cfg.test_items)[: self.cfg.eval_items]
+        return item_pool(self.cfg, "test")[: self.cfg.eval_items]
 
     def rounds_at(self, step: int) -> int:
         return self.schedule.rounds_at(step, self.history)
@@ -107,7 +136,8 @@ class Trainer:
         usable = [t for t in trajs if not t.failed and t.num_policy_tokens > 0]
         if not usable:
             raise RuntimeError(f"step {step}: no usable episode ({len(failed)} failed): check the env server")
-        update = self._update(usable, step)
+        train_on = informative_groups(usable, cfg.prompts_per_step) if cfg.filter_groups else usable
+        update = self._update(train_on or usable, step)
         t_sync = time.perf_counter()
         self.sync_engine()
         metrics = {
@@ -120,6 +150,9 @@ class Trainer:
             "cut_by_horizon": _mean([float(not t.done and not t.truncated) for t in usable]),
             "cut_turns": _mean([t.cut_turns for t in usable]),
             "failed": len(failed), "episodes": len(usable),
+            "zero_adv_groups": _share_constant_groups(torch.tensor([t.reward for t in usable]),
+                                                      torch.tensor([t.group for t in usable])),
+            "groups_trained": len({t.group for t in (train_on or usable)}),
             "policy_tokens": _mean([t.num_policy_tokens for t in usable]),
             "rollout_tokens_per_s": stats.tokens_per_s, "env_steps_per_s": stats.env_steps_per_s,
             "rollout_seconds": t_rollout, "sync_seconds": time.perf_counter() - t_sync,
@@ -141,21 +174,26 @@ class Trainer:
         scores = torch.tensor([t.reward for t in trajs])
         group = torch.tensor([t.group for t in trajs])
         mask = batch["loss_mask"]
+        lengths = batch["attention_mask"].sum(-1).tolist()
+        old_logp, ref_logp, old_values = self._no_grad_passes(batch, lengths)
+        token_rewards = batch["rewards"]
+        if cfg.kl_in_reward and self.ref is not None:   # r_t - beta * KL_t on every policy token
+            token_rewards = token_rewards - cfg.kl_coef * kl_penalty(old_logp, ref_logp, cfg.kl_type) * mask
+        returns = None
         if cfg.algorithm == "grpo":
             adv = adv_fns.grpo(scores, group, mask)
         elif cfg.algorithm == "rloo":
             adv = adv_fns.rloo(scores, group, mask)
         elif cfg.algorithm == "reinforce_plus_plus":
-            adv, _ = adv_fns.reinforce_pp(batch["rewards"], mask)
+            adv, _ = adv_fns.reinforce_pp(token_rewards, mask, gamma=cfg.gamma)
         else:
-            raise ValueError(f"algorithm {cfg.algorithm!r} needs a critic, which this trainer does not build yet; "
-                             "use grpo, rloo or reinforce_plus_plus")
-        zero_adv_groups = _share_constant_groups(scores, group)
-        lengths = batch["attention_mask"].sum(-1).tolist()
-        old_logp, ref_logp = self._logprobs_no_grad(batch, lengths)
+            adv, returns = adv_fns.gae(token_rewards, old_values, mask, gamma=cfg.gamma, lam=cfg.lam)
+        kl_as_loss = self.ref is not None and not cfg.kl_in_reward
         t_logprob = time.perf_counter() - t0
         rng = random.Random(cfg.seed * 7_919 + step)
         sums = {"pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "grad_norm": 0.0}
+        if self.critic is not None:
+            sums.update(value_loss=0.0, value_clip_frac=0.0)
         n_updates, tokens_seen = 0, 0
         self.model.train()
         for _ in range(cfg.ppo_epochs):
@@ -166,6 +204,8 @@ class Trainer:
                 global_tokens = int(mask[rows].sum())
                 global_seqs = int((mask[rows].sum(-1) > 0).sum())
                 self.optimizer.zero_grad()
+                if self.critic is not None:
+                    self.critic_optimizer.zero_grad()
                 for micro in micro_batches([lengths[i] for i in rows], cfg.micro_batch_tokens):
                     idx = [rows[i] for i in micro]
                     mb = trim(batch, idx)
@@ -181,7 +221,17 @@ class Trainer:
                     if self.ref is not None:
                         kl_value = aggregate(kl_penalty(logp, ref_logp[idx, :T], cfg.kl_type), m, cfg.loss_agg,
                                              global_tokens=global_tokens, global_seqs=global_seqs)
-                        loss = loss + cfg.kl_coef * kl_value
+                        if kl_as_loss:
+                            loss = loss + cfg.kl_coef * kl_value
+                    if self.critic is not None:   # separate parameters: one backward serves both
+                        with self.accelerator.autocast():
+                            values = self.critic(mb["input_ids"], mb["attention_mask"])
+                        vf, vinfo = value_loss(values, old_values[idx, :T], returns[idx, :T], m,
+                                               clip=cfg.value_clip, agg=cfg.loss_agg, global_tokens=global_tokens,
+                                               global_seqs=global_seqs)
+                        loss = loss + vf
+                        sums["value_loss"] += vf.item()
+                        sums["value_clip_frac"] += vinfo["clip_frac"] * int(m.sum()) / max(global_tokens, 1)
                     ent = aggregate(entropy, m, cfg.loss_agg, global_tokens=global_tokens, global_seqs=global_seqs)
                     if cfg.entropy_coef:
                         loss = loss - cfg.entropy_coef * ent
@@ -193,20 +243,26 @@ class Trainer:
                     tokens_seen += int(mb["attention_mask"].sum())
                 grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
                 self.optimizer.step()
+                if self.critic is not None:
+                    self.accelerator.clip_grad_norm_(self.critic.parameters(), cfg.grad_clip)
+                    self.critic_optimizer.step()
                 sums["grad_norm"] += float(grad_norm)
                 n_updates += 1
         self.model.eval()
         t_update = time.perf_counter() - t0 - t_logprob
         out = {k: v / n_updates for k, v in sums.items()}
-        out.update(zero_adv_groups=zero_adv_groups, optimizer_steps=n_updates, logprob_seconds=t_logprob,
+        if returns is not None:
+            out["explained_variance"] = explained_variance(old_values, returns, mask)
+        out.update(optimizer_steps=n_updates, logprob_seconds=t_logprob,
                    update_seconds=t_update, train_tokens_per_s=tokens_seen / max(t_update, 1e-9))
         return out
 
     @torch.no_grad()
-    def _logprobs_no_grad(self, batch, lengths):
+    def _no_grad_passes(self, batch, lengths):
+        """Log-probs of the sampled tokens under the current policy (the PPO ratio's denominator) and under the
+        frozen reference, and the critic's values: [B, T] each, zeros where a model is absent."""
         B, T = batch["input_ids"].shape
-        old = torch.zeros(B, T)
-        ref = torch.zeros(B, T)
+        old, ref, values = torch.zeros(B, T), torch.zeros(B, T), torch.zeros(B, T)
         self.model.eval()
         for rows in micro_batches(lengths, self.cfg.micro_batch_tokens):
             mb = trim(batch, rows)
@@ -217,11 +273,12 @@ class Trainer:
                 if self.ref is not None:
                     ref[rows, :t] = token_logprobs(self.ref, mb["input_ids"], mb["attention_mask"],
                                                    temperature=self.cfg.temperature).float()
-        return old, ref
+                if self.critic is not None:
+                    values[rows, :t] = self.critic(mb["input_ids"], mb["attention_mask"]).float()
+        return old, ref, values
 
     def sync_engine(self) -> None:
-        model = self.accelerator.unwrap_model(self.model)
-        self.engine.load_weights(model.state_dict().items())
+        self.engine.load_weights(merged_state_dict(self.accelerator.unwrap_model(self.model)).items())
 
     def fit(self, steps: int | None = None, callback=None) -> list[dict]:
         """Train until `steps` (default cfg.steps) steps are done in total; resumable."""
@@ -286,6 +343,16 @@ class Trainer:
 
     def close(self) -> None:
         self.engine.close()
+
+
+def informative_groups(trajs: list, limit: int) -> list:
+    """The episodes of the first `limit` groups whose members did not all get the same score (DAPO's dynamic
+    sampling). Groups are taken in item order, which is a seeded shuffle, so the choice is reproducible."""
+    by_group: dict[int, list] = {}
+    for t in trajs:
+        by_group.setdefault(t.group, []).append(t)
+    kept = [eps for eps in by_group.values() if len({t.reward for t in eps}) > 1][:limit]
+    return [t for eps in kept for t in eps]
 
 
 def _mean(xs) -> float:
