@@ -1,10 +1,13 @@
-"""pass@k, pass^k and intervals against brute force and hand numbers."""
+"""pass@k, pass^k and intervals against brute force, exact fractions and hand numbers."""
 import itertools
 import math
+from fractions import Fraction
 
 import pytest
 
-from agentgym_nb.evaluate import mean_ci, pass_at_k, pass_hat_k, wilson_interval
+from agentgym_nb.evaluate import avg_at_k, mean_ci, pass_at_k, pass_hat_k, wilson_interval
+
+pytestmark = pytest.mark.timeout(60)
 
 
 def brute(n, c, k, agg):
@@ -30,7 +33,8 @@ def test_hand_numbers():
 
 
 def test_edges():
-    assert pass_at_k(10, 0, 3) == 0.0 and pass_hat_k(10, 0, 3) == 0.0
+    assert pass_at_k(10, 0, 3) == 0.0 and pass_hat_k(10, 0, 3) == 0.0   # c = 0
+    assert pass_at_k(10, 0, 10) == 0.0 and pass_hat_k(10, 10, 10) == 1.0   # k = n
     assert pass_at_k(10, 10, 3) == 1.0 and pass_hat_k(10, 10, 3) == 1.0
     assert pass_at_k(10, 1, 10) == 1.0  # k = n: any success in all samples
     assert pass_hat_k(10, 9, 10) == 0.0
@@ -42,6 +46,26 @@ def test_large_n_is_stable():
     exact = 1 - math.comb(998, 10) / math.comb(1000, 10)
     assert pass_at_k(1000, 2, 10) == pytest.approx(exact, rel=1e-12)
     assert 0.0 < pass_at_k(2000, 3, 500) < 1.0
+
+
+@pytest.mark.parametrize("n, c, k", [(5000, 37, 100), (100_000, 1, 1000), (3000, 2900, 50), (10**6, 10, 10**5)])
+def test_large_n_against_exact_fractions(n, c, k):
+    # C(n, k) here has up to ~10^5 digits: no float binomial survives, exact integers and the product forms do.
+    exact_at = 1 - Fraction(math.comb(n - c, k), math.comb(n, k)) if k <= 1000 else None
+    if exact_at is not None:
+        assert pass_at_k(n, c, k) == pytest.approx(float(exact_at), rel=1e-9)
+        assert pass_hat_k(n, c, k) == pytest.approx(float(Fraction(math.comb(c, k), math.comb(n, k))), rel=1e-9,
+                                                    abs=1e-300)
+    else:   # 1 - (1 - k/n)^... : with 10 successes in 10^6 and k = 10^5, pass@k = 1 - prod (1 - k/i) ~ 1 - 0.9^10
+        assert pass_at_k(n, c, k) == pytest.approx(1 - math.prod(1 - k / i for i in range(n - c + 1, n + 1)))
+        assert pass_at_k(n, c, k) == pytest.approx(1 - 0.9 ** 10, rel=1e-5)
+
+
+def test_avg_at_k():
+    assert avg_at_k([100, 0, 50, 30]) == 45.0   # SciWorld scores: avg@4 keeps partial credit
+    assert avg_at_k([1.0]) == 1.0
+    with pytest.raises(ValueError, match="at least one"):
+        avg_at_k([])
 
 
 @pytest.mark.parametrize("n, c, k", [(5, 1, 6), (5, 1, 0), (5, 6, 1), (5, -1, 1), (-1, 0, 1), (0, 0, 0)])

@@ -197,6 +197,9 @@ class HTTPEnv(Env):
     def success(self, reward: float) -> bool:
         return self.spec.success(self, reward)
 
+    def category(self, item_id: int) -> str:
+        return self.spec.category(self, item_id)
+
     def _create(self) -> int:
         return self._call("POST", "create")["id"]
 

@@ -56,8 +56,11 @@ def turn_seed(seed: int, episode: int, turn: int) -> int:
 def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[int], chat: ChatFormat, *,
                  n: int = 1, max_rounds: int = 10, params: SamplingParams | None = None,
                  max_total_tokens: int = 4096, max_concurrency: int = 64, env_timeout: float = 60.0,
-                 threads: int | None = None, stats: RolloutStats | None = None) -> list[Trajectory]:
+                 threads: int | None = None, stats: RolloutStats | None = None,
+                 first_episode: int = 0) -> list[Trajectory]:
     """Play `n` episodes of every item (group id = position of the item in `item_ids`); return them in that order.
+    Episode j (item j // n) samples with turn_seed(params.seed, first_episode + j, turn): a long list played in
+    chunks samples exactly what it would in one call when each chunk passes its offset.
 
     An episode ends when the env says done, after `max_rounds` replies (the horizon), when the next reply cannot
     fit in `max_total_tokens` (truncated), or when the env fails (failed).
@@ -68,7 +71,8 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
     params = dataclasses.replace(params, stop_token_ids=sorted(set(params.stop_token_ids) | set(chat.stop_token_ids)))
     stats = stats if stats is not None else RolloutStats()
     t0 = time.perf_counter()
-    todo = deque(enumerate((group, item) for group, item in enumerate(item_ids) for _ in range(n)))
+    todo = deque(enumerate(((group, item) for group, item in enumerate(item_ids) for _ in range(n)),
+                           start=first_episode))
     finished: list[Trajectory] = []
     waiting: dict[cf.Future, tuple[_Episode, float]] = {}   # env call in flight -> (episode, deadline)
     ready: list[_Episode] = []                                # env replied; needs a generation
