@@ -145,25 +145,55 @@ DOTTED_KEYS = {
 ROUNDS_CTRL_TYPES = {"fixed": "fixed", "scaling_inter_stepwise": "stepwise", "stepwise": "stepwise", "adaptive": "adaptive"}
 
 
+# Episode shape of the cpu preset per env: the horizon schedule (its last stage is also the evaluation horizon),
+# tokens per reply and per trajectory. The nano model of an env is cloned and validated on episodes of this shape.
+CPU_EPISODES = {
+    "babyai": dict(rounds=[2, 4, 6], eval_rounds=6, max_tokens=40, max_total_tokens=1536),
+    "textcraft": dict(rounds=[4, 8, 12], eval_rounds=12, max_tokens=48, max_total_tokens=2048),
+    "searchqa": dict(rounds=[3, 4, 5], eval_rounds=5, max_tokens=48, max_total_tokens=2048),
+}
+
+
+# The paper preset: AgentGym-RL's ScalingInter-RL training scripts (examples/train/ScalingInter-RL/<env>_train.sh,
+# reference/agentgym_rl.md section 7), all on Qwen2.5-7B-Instruct with GRPO, lr 1e-6 constant, KL loss low_var_kl
+# 0.001, clip 0.2, entropy 0.001, grad clip 1.0, temperature 1, save every 25 steps, 8 GPUs.
+# batch = prompts per step (data.train_batch_size), n = episodes per prompt, mini_batch = prompts per optimizer
+# step, prompt/response = data.max_prompt_length/max_response_length, tokens_per_turn = rollout.max_tokens.
+# ppo_epochs is 1: the scripts set 2 for some envs, but the released trainer ignores it (section 4).
+# steps: (train items // batch) x epochs - 1 where the script's train list size is known (BabyAI 810,
+# TextCraft 374, SciWorld 2,120); otherwise the three horizon stages.
+PAPER_SCRIPTS = {
+    "babyai":    dict(rounds=[6, 13, 20], every=100, eval_rounds=20, batch=32, n=4, mini_batch=8, prompt=512,
+                      response=8192, tokens_per_turn=512, epochs=20, steps=499),
+    "sciworld":  dict(rounds=[10, 20, 30], every=100, eval_rounds=30, batch=16, n=8, mini_batch=8, prompt=1024,
+                      response=8192, tokens_per_turn=200, epochs=10, steps=1319),
+    "searchqa":  dict(rounds=[5, 8, 10], every=100, eval_rounds=30, batch=32, n=4, mini_batch=8, prompt=1024,
+                      response=8192, tokens_per_turn=512, epochs=20, steps=300),
+    "textcraft": dict(rounds=[10, 20, 30], every=100, eval_rounds=30, batch=32, n=8, mini_batch=8, prompt=512,
+                      response=10240, tokens_per_turn=512, epochs=30, steps=329),
+    "webarena":  dict(rounds=[8, 12, 15], every=80, eval_rounds=15, batch=32, n=4, mini_batch=4, prompt=750,
+                      response=14098, tokens_per_turn=512, epochs=25, steps=240),
+}
+
+
 def preset_values(env: str, preset: str) -> dict[str, Any]:
     """Per-env, per-preset settings. `paper` follows the ScalingInter-RL example scripts (reference/agentgym_rl.md §7)."""
     _check_choice("env", env, ENVS)
     _check_choice("preset", preset, PRESETS)
-    paper_rounds = {"babyai": ([6, 13, 20], 100, 20), "sciworld": ([10, 20, 30], 100, 30),
-                    "textcraft": ([10, 20, 30], 100, 30), "searchqa": ([5, 8, 10], 100, 30),
-                    "webarena": ([8, 12, 15], 80, 15)}
     if preset == "paper":
-        rounds, every, eval_rounds = paper_rounds[env]
-        return dict(model="Qwen/Qwen2.5-7B-Instruct", engine="vllm", prompts_per_step=32, samples_per_prompt=4,
-                    max_tokens=512, max_total_tokens=512 + 8192, schedule="stepwise", rounds=rounds,
-                    rounds_every=every, steps=every * len(rounds) + every, lr=1e-6, kl_coef=0.001,
-                    kl_type="low_var_kl", entropy_coef=0.001, mini_batches=4, bf16=True, save_every=25,
-                    eval_items=90, eval_rounds=eval_rounds, micro_batch_tokens=16384)
+        script = PAPER_SCRIPTS[env]
+        return dict(model="Qwen/Qwen2.5-7B-Instruct", engine="vllm", prompts_per_step=script["batch"],
+                    samples_per_prompt=script["n"], mini_batches=script["batch"] // script["mini_batch"],
+                    max_tokens=script["tokens_per_turn"], max_total_tokens=script["prompt"] + script["response"],
+                    schedule="stepwise", rounds=script["rounds"], rounds_every=script["every"],
+                    steps=script["steps"], eval_rounds=script["eval_rounds"], lr=1e-6, kl_coef=0.001,
+                    kl_type="low_var_kl", entropy_coef=0.001, clip_ratio=0.2, grad_clip=1.0, temperature=1.0,
+                    ppo_epochs=1, bf16=True, save_every=25, eval_items=100, micro_batch_tokens=16384)
     small = {"levels": BABYAI_CPU_LEVELS} if env == "babyai" else {}
     if preset == "cpu":
-        return dict(**small, model="nano", prompts_per_step=8, samples_per_prompt=8, max_tokens=40, max_total_tokens=1536,
-                    schedule="stepwise", rounds=[2, 4, 6], rounds_every=12, steps=40, lr=2e-4, kl_coef=0.001,
-                    mini_batches=2, save_every=5, eval_items=100, eval_rounds=6, bf16=True)
+        return dict(**small, **CPU_EPISODES[env], model="nano", prompts_per_step=8, samples_per_prompt=8,
+                    schedule="stepwise", rounds_every=12, steps=40, lr=2e-4, kl_coef=0.001, mini_batches=2,
+                    save_every=5, eval_items=100, bf16=True)
     return dict(**small, model="nano", prompts_per_step=2, samples_per_prompt=2, max_tokens=24, max_total_tokens=768,
                 schedule="stepwise", rounds=[1, 2], rounds_every=1, steps=2, lr=1e-5, save_every=1,
                 eval_items=4, eval_rounds=2, micro_batch_tokens=2048)

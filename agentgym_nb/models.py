@@ -44,7 +44,7 @@ class NanoSpec:
     check_every: int = 40             # evaluate on validation items every this many BC steps
     val_items: int = 32
     target_success: float = 0.30      # stop cloning once sampled (T=1) success on validation items reaches this
-    max_rounds: int = 6               # horizon of the validation episodes (the cpu preset's starting horizons)
+    max_rounds: int = 6               # horizon of the validation episodes (the cpu preset's evaluation horizon)
     max_total_tokens: int = 1536
     levels: list[int] | None = None
     seed: int = 0
@@ -64,7 +64,9 @@ def resolve(name: str, *, preset: str = "cpu", env: str = "babyai", levels: list
             log=print) -> str:
     """Model name -> local directory holding config, weights and tokenizer. Builds nano on first use."""
     if name == "nano":
-        spec = SMOKE_SPEC if preset == "smoke" else NanoSpec()
+        from .config import CPU_EPISODES
+        spec = SMOKE_SPEC if preset == "smoke" else NanoSpec(max_rounds=CPU_EPISODES[env]["eval_rounds"],
+                                                             max_total_tokens=CPU_EPISODES[env]["max_total_tokens"])
         spec = NanoSpec(**{**asdict(spec), "env": env, "levels": levels})
         tag = "smoke" if preset == "smoke" else "cpu"
         lv = "" if levels is None else "-levels" + hashlib.sha1(str(sorted(levels)).encode()).hexdigest()[:6]
@@ -85,6 +87,21 @@ def resolve(name: str, *, preset: str = "cpu", env: str = "babyai", levels: list
                              f"time; copy it there or pass a local path. Named models: {', '.join(NAMED)}") from e
     raise ValueError(f"unknown model {name!r}: use one of {', '.join(NAMED)}, a local directory, or an HF id "
                      "(org/name) already in the local cache")
+
+
+def is_available(name: str) -> bool:
+    """Whether `resolve(name)` can work offline: a named model (built or unpacked on first use), a local folder, or
+    an HF id already in the local cache. Nothing is built or loaded."""
+    if name in NAMED or os.path.isdir(name):
+        return True
+    if "/" not in name:
+        return False
+    from huggingface_hub import snapshot_download
+    try:
+        snapshot_download(name, local_files_only=True)
+        return True
+    except Exception:
+        return False
 
 
 def load_tokenizer(model_dir: str):

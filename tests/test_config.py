@@ -56,3 +56,30 @@ def test_bad_input_names_what_is_wrong(kwargs, message):
 def test_override_values_are_parsed_as_json_when_possible():
     assert parse_overrides(["a=[1,2]", "b=true", "c=1e-6", "d=hello", "e=True"]) == {
         "a": [1, 2], "b": True, "c": 1e-6, "d": "hello", "e": True}
+
+
+@pytest.mark.parametrize("env,batch,n,mini,total_tokens,rounds,every,tokens", [
+    ("babyai", 32, 4, 4, 512 + 8192, [6, 13, 20], 100, 512),
+    ("sciworld", 16, 8, 2, 1024 + 8192, [10, 20, 30], 100, 200),
+    ("searchqa", 32, 4, 4, 1024 + 8192, [5, 8, 10], 100, 512),
+    ("textcraft", 32, 8, 4, 512 + 10240, [10, 20, 30], 100, 512),
+    ("webarena", 32, 4, 8, 750 + 14098, [8, 12, 15], 80, 512)])
+def test_paper_preset_is_the_scalinginter_scripts(env, batch, n, mini, total_tokens, rounds, every, tokens):
+    """reference/agentgym_rl.md section 7: train batch, rollout.n, mini-batch (prompts), prompt + response length,
+    rounds schedule, tokens per turn; GRPO, lr 1e-6, low_var_kl 0.001 for every env."""
+    cfg = make_config(preset="paper", env=env)
+    assert (cfg.prompts_per_step, cfg.samples_per_prompt, cfg.mini_batches) == (batch, n, mini)
+    assert (cfg.max_total_tokens, cfg.rounds, cfg.rounds_every, cfg.max_tokens) == (total_tokens, rounds, every, tokens)
+    assert (cfg.algorithm, cfg.lr, cfg.kl_type, cfg.kl_coef, cfg.model) == (
+        "grpo", 1e-6, "low_var_kl", 0.001, "Qwen/Qwen2.5-7B-Instruct")
+
+
+def test_dry_run_prints_the_plan_without_a_gpu_or_the_model(capsys):
+    from agentgym_nb.train.rl import main
+    main(["--env", "webarena", "--preset", "paper", "--dry-run", "trainer.total_training_steps=160"])
+    out = capsys.readouterr().out
+    assert "Qwen/Qwen2.5-7B-Instruct" in out and "NOT available offline" in out
+    assert "steps 1-80: H=8; steps 81-160: H=12" in out and "32 prompts x 4 episodes = 128 episodes" in out
+    with pytest.raises(SystemExit):
+        main(["--env", "webarena", "--preset", "paper", "--dry-run", "algorithm.rounds_ctrl.typ=fixed"])
+    assert "did you mean 'algorithm.rounds_ctrl.type'" in capsys.readouterr().err

@@ -10,7 +10,8 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
 
     Aligned with the token it scores, so `logp * loss_mask` picks exactly the sampled tokens. Logits are divided by
     the sampling temperature: the ratio must compare the same distribution the engine sampled from.
-    With `with_entropy`, also returns the entropy of each predictive distribution (aligned the same way).
+    With `with_entropy`, also returns the entropy of each predictive distribution (aligned the same way), with its
+    gradient.
     """
     # Right-padded rows need no mask under causal attention (a token never attends to the padding after it), and
     # without one SDPA takes its fused causal kernel instead of materialising a [B, heads, T, T] mask.
@@ -24,8 +25,7 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     logp = torch.nn.functional.pad(picked - logz, (1, 0))
     if not with_entropy:
         return logp
-    probs = torch.softmax(logits.detach(), dim=-1)
-    entropy = logz.detach() - (probs * logits.detach()).sum(-1)
+    entropy = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)   # differentiable: an entropy bonus trains
     return logp, torch.nn.functional.pad(entropy, (1, 0))
 
 

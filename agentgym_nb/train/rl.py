@@ -15,6 +15,7 @@ of the step number and the config, so a run resumed from a checkpoint continues 
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -89,8 +90,9 @@ class Trainer:
         self.step = 0
         self.history: list[dict] = []
         os.makedirs(cfg.run_dir, exist_ok=True)
-        with open(os.path.join(cfg.run_dir, "config.json"), "w") as f:
-            f.write(cfg.to_json())
+        if self.accelerator.is_main_process:
+            with open(os.path.join(cfg.run_dir, "config.json"), "w") as f:
+                f.write(cfg.to_json())
         self._resume()
 
     # ------------------------------------------------------------------------------------------------ data
@@ -124,17 +126,20 @@ class Trainer:
         stats = RolloutStats()
         params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
                                 seed=cfg.seed * 1_000_003 + step)
-        trajs = run_episodes(self.engine, self.env_factory, self.items_for_step(step), self.chat,
-                             n=cfg.samples_per_prompt, max_rounds=rounds, params=params,
-                             max_total_tokens=cfg.max_total_tokens, env_timeout=cfg.env_timeout, stats=stats)
-        write_rollout_log(os.path.join(cfg.run_dir, "rollouts", f"step_{step:05d}.jsonl"), trajs, step=step,
+        rank, world = self.accelerator.process_index, self.accelerator.num_processes
+        mine = self.items_for_step(step)[rank::world]   # data parallel: each process plays its share of the items
+        trajs = run_episodes(self.engine, self.env_factory, mine, self.chat, n=cfg.samples_per_prompt,
+                             max_rounds=rounds, params=params, max_total_tokens=cfg.max_total_tokens,
+                             env_timeout=cfg.env_timeout, stats=stats, first_episode=rank * 1_000_000)
+        suffix = "" if rank == 0 else f"-rank{rank}"
+        write_rollout_log(os.path.join(cfg.run_dir, "rollouts", f"step_{step:05d}{suffix}.jsonl"), trajs, step=step,
                           max_rounds=rounds)
         t_rollout = time.perf_counter() - t0
         failed = [t for t in trajs if t.failed]
         if failed:
             self.log(f"step {step}: {len(failed)} episode(s) failed in the env and are excluded: {failed[0].failed}")
         usable = [t for t in trajs if not t.failed and t.num_policy_tokens > 0]
-        if not usable:
+        if not usable:   # (with several processes this one would leave the others waiting: fail loudly)
             raise RuntimeError(f"step {step}: no usable episode ({len(failed)} failed): check the env server")
         train_on = informative_groups(usable, cfg.prompts_per_step) if cfg.filter_groups else usable
         update = self._update(train_on or usable, step)
@@ -159,10 +164,12 @@ class Trainer:
             **update,
         }
         metrics["step_seconds"] = time.perf_counter() - t0
+        metrics = self._mean_over_processes(metrics)
         self.step = step
         self.history.append(metrics)
-        with open(os.path.join(cfg.run_dir, "metrics.jsonl"), "a") as f:
-            f.write(json.dumps(metrics) + "\n")
+        if self.accelerator.is_main_process:
+            with open(os.path.join(cfg.run_dir, "metrics.jsonl"), "a") as f:
+                f.write(json.dumps(metrics) + "\n")
         if step % cfg.save_every == 0 or step == cfg.steps:
             self.save_checkpoint()
         return metrics
@@ -188,7 +195,8 @@ class Trainer:
             adv, _ = adv_fns.reinforce_pp(token_rewards, mask, gamma=cfg.gamma)
         else:
             adv, returns = adv_fns.gae(token_rewards, old_values, mask, gamma=cfg.gamma, lam=cfg.lam)
-        kl_as_loss = self.ref is not None and not cfg.kl_in_reward
+        per_token = {"old_logp": old_logp, "ref_logp": ref_logp, "adv": adv, "old_values": old_values,
+                     "returns": returns if returns is not None else old_values}
         t_logprob = time.perf_counter() - t0
         rng = random.Random(cfg.seed * 7_919 + step)
         sums = {"pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "grad_norm": 0.0}
@@ -201,46 +209,24 @@ class Trainer:
             rng.shuffle(groups)
             for mb_groups in _split(groups, cfg.mini_batches):   # mini-batches keep GRPO groups whole
                 rows = [i for i, g in enumerate(group.tolist()) if g in set(mb_groups)]
-                global_tokens = int(mask[rows].sum())
-                global_seqs = int((mask[rows].sum(-1) > 0).sum())
+                # token-mean over the mini-batch of ALL processes: their gradients are summed below
+                global_tokens, global_seqs = self._sum_over_processes(int(mask[rows].sum()),
+                                                                      int((mask[rows].sum(-1) > 0).sum()))
+                if global_tokens == 0:
+                    continue
                 self.optimizer.zero_grad()
                 if self.critic is not None:
                     self.critic_optimizer.zero_grad()
                 for micro in micro_batches([lengths[i] for i in rows], cfg.micro_batch_tokens):
                     idx = [rows[i] for i in micro]
-                    mb = trim(batch, idx)
-                    T = mb["input_ids"].shape[1]
-                    with self.accelerator.autocast():
-                        logp, entropy = token_logprobs(self.model, mb["input_ids"], mb["attention_mask"],
-                                                       temperature=cfg.temperature, with_entropy=True)
-                    m = mb["loss_mask"]
-                    pg, info = policy_loss(logp, old_logp[idx, :T], adv[idx, :T], m, clip_ratio=cfg.clip_ratio,
-                                           agg=cfg.loss_agg, global_tokens=global_tokens, global_seqs=global_seqs)
-                    loss = pg
-                    kl_value = torch.zeros(())
-                    if self.ref is not None:
-                        kl_value = aggregate(kl_penalty(logp, ref_logp[idx, :T], cfg.kl_type), m, cfg.loss_agg,
-                                             global_tokens=global_tokens, global_seqs=global_seqs)
-                        if kl_as_loss:
-                            loss = loss + cfg.kl_coef * kl_value
-                    if self.critic is not None:   # separate parameters: one backward serves both
-                        with self.accelerator.autocast():
-                            values = self.critic(mb["input_ids"], mb["attention_mask"])
-                        vf, vinfo = value_loss(values, old_values[idx, :T], returns[idx, :T], m,
-                                               clip=cfg.value_clip, agg=cfg.loss_agg, global_tokens=global_tokens,
-                                               global_seqs=global_seqs)
-                        loss = loss + vf
-                        sums["value_loss"] += vf.item()
-                        sums["value_clip_frac"] += vinfo["clip_frac"] * int(m.sum()) / max(global_tokens, 1)
-                    ent = aggregate(entropy, m, cfg.loss_agg, global_tokens=global_tokens, global_seqs=global_seqs)
-                    if cfg.entropy_coef:
-                        loss = loss - cfg.entropy_coef * ent
-                    self.accelerator.backward(loss)
-                    sums["pg_loss"] += pg.item()
-                    sums["kl"] += kl_value.item()
-                    sums["entropy"] += ent.item()
-                    sums["clip_frac"] += info["clip_frac"] * int(m.sum()) / max(global_tokens, 1)
-                    tokens_seen += int(mb["attention_mask"].sum())
+                    with self._no_sync():   # DDP must not average here: gradients are summed once, below
+                        loss, parts = self._loss(trim(batch, idx), {k: v[idx] for k, v in per_token.items()},
+                                                 global_tokens, global_seqs)
+                        self.accelerator.backward(loss)
+                    for k, v in parts.items():
+                        sums[k] += v
+                    tokens_seen += int(batch["attention_mask"][idx].sum())
+                self._sum_gradients(self.model, self.critic)
                 grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
                 self.optimizer.step()
                 if self.critic is not None:
@@ -256,6 +242,72 @@ class Trainer:
         out.update(optimizer_steps=n_updates, logprob_seconds=t_logprob,
                    update_seconds=t_update, train_tokens_per_s=tokens_seen / max(t_update, 1e-9))
         return out
+
+    def _loss(self, mb: dict, per_token: dict, global_tokens: int, global_seqs: int) -> tuple[torch.Tensor, dict]:
+        """The loss of one micro-batch: PPO-clip policy loss + kl_coef * KL (unless the KL is in the reward)
+        - entropy_coef * entropy (+ the clipped value loss with a critic), each aggregated over the tokens of the
+        whole mini-batch (global_tokens / global_seqs), so micro-batches add up to the mini-batch's loss."""
+        cfg = self.cfg
+        T, m = mb["input_ids"].shape[1], mb["loss_mask"]
+        old_logp, ref_logp, adv, old_values, returns = (per_token[k][:, :T] for k in
+                                                         ("old_logp", "ref_logp", "adv", "old_values", "returns"))
+        agg = dict(agg=cfg.loss_agg, global_tokens=global_tokens, global_seqs=global_seqs)
+        share = int(m.sum()) / max(global_tokens, 1)   # this micro-batch's share of the mini-batch's tokens
+        with self.accelerator.autocast():
+            logp, entropy = token_logprobs(self.model, mb["input_ids"], mb["attention_mask"],
+                                           temperature=cfg.temperature, with_entropy=True)
+        pg, info = policy_loss(logp, old_logp, adv, m, clip_ratio=cfg.clip_ratio, **agg)
+        ent = aggregate(entropy, m, cfg.loss_agg, global_tokens=global_tokens, global_seqs=global_seqs)
+        loss = pg - cfg.entropy_coef * ent
+        parts = {"pg_loss": pg.item(), "entropy": ent.item(), "clip_frac": info["clip_frac"] * share, "kl": 0.0}
+        if self.ref is not None:
+            kl = aggregate(kl_penalty(logp, ref_logp, cfg.kl_type), m, cfg.loss_agg, global_tokens=global_tokens,
+                           global_seqs=global_seqs)
+            parts["kl"] = kl.item()
+            if not cfg.kl_in_reward:
+                loss = loss + cfg.kl_coef * kl
+        if self.critic is not None:   # separate parameters: one backward serves both
+            with self.accelerator.autocast():
+                values = self.critic(mb["input_ids"], mb["attention_mask"])
+            vf, vinfo = value_loss(values, old_values, returns, m, clip=cfg.value_clip, **agg)
+            loss = loss + vf
+            parts.update(value_loss=vf.item(), value_clip_frac=vinfo["clip_frac"] * share)
+        return loss, parts
+
+    # ------------------------------------------------------------------------------ several processes (DDP)
+    # Every process plays its own items and computes gradients on them without communicating; once per mini-batch
+    # the gradients are summed over processes (each loss was divided by the global token count), so the update is
+    # exactly the one a single process would make on the union of the batches, and every process makes the same
+    # number of collective calls however its episodes are split into micro-batches.
+    @contextlib.contextmanager
+    def _no_sync(self):
+        with contextlib.ExitStack() as stack:
+            for module in (self.model, self.critic):
+                if module is not None:
+                    stack.enter_context(self.accelerator.no_sync(module))
+            yield
+
+    def _sum_over_processes(self, *counts: int) -> list[int]:
+        if self.accelerator.num_processes == 1:
+            return list(counts)
+        return [int(x) for x in self.accelerator.reduce(torch.tensor(counts, dtype=torch.float64), "sum")]
+
+    def _sum_gradients(self, *modules) -> None:
+        if self.accelerator.num_processes == 1:
+            return
+        for module in modules:
+            for p in (module.parameters() if module is not None else ()):
+                if p.requires_grad:
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
+                    torch.distributed.all_reduce(p.grad)
+
+    def _mean_over_processes(self, metrics: dict) -> dict:
+        if self.accelerator.num_processes == 1:
+            return metrics
+        keys = sorted(k for k, v in metrics.items() if isinstance(v, (int, float)) and k != "step")
+        means = self.accelerator.reduce(torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64), "mean")
+        return {**metrics, **dict(zip(keys, means.tolist()))}
 
     @torch.no_grad()
     def _no_grad_passes(self, batch, lengths):
@@ -312,14 +364,20 @@ class Trainer:
     def save_checkpoint(self) -> str:
         path = self.checkpoint_dir(self.step)
         tmp = path + ".tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.accelerator.save_state(tmp)
-        with open(os.path.join(tmp, "trainer_state.json"), "w") as f:
-            json.dump({"step": self.step, "config": asdict(self.cfg)}, f)
-        shutil.rmtree(path, ignore_errors=True)
-        os.replace(tmp, path)   # a checkpoint is complete or absent, never half-written
-        for old in sorted(os.listdir(os.path.dirname(path)))[:-2]:
-            shutil.rmtree(os.path.join(os.path.dirname(path), old), ignore_errors=True)
+        main = self.accelerator.is_main_process
+        if main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+        self.accelerator.save_state(tmp)   # every process: each saves its own random state
+        self.accelerator.wait_for_everyone()
+        if main:
+            with open(os.path.join(tmp, "trainer_state.json"), "w") as f:
+                json.dump({"step": self.step, "config": asdict(self.cfg)}, f)
+            shutil.rmtree(path, ignore_errors=True)
+            os.replace(tmp, path)   # a checkpoint is complete or absent, never half-written
+            for old in sorted(os.listdir(os.path.dirname(path)))[:-2]:
+                shutil.rmtree(os.path.join(os.path.dirname(path), old), ignore_errors=True)
+        self.accelerator.wait_for_everyone()
         return path
 
     def _resume(self) -> None:
@@ -327,7 +385,7 @@ class Trainer:
         done = sorted(d for d in os.listdir(ckpt_root) if not d.endswith(".tmp")) if os.path.isdir(ckpt_root) else []
         metrics_path = os.path.join(self.cfg.run_dir, "metrics.jsonl")
         if not done:
-            if os.path.exists(metrics_path):
+            if os.path.exists(metrics_path) and self.accelerator.is_main_process:
                 os.remove(metrics_path)   # a fresh run: earlier metrics without a checkpoint are stale
             return
         path = os.path.join(ckpt_root, done[-1])
@@ -336,8 +394,9 @@ class Trainer:
             self.step = json.load(f)["step"]
         with open(metrics_path) as f:   # keep the metrics of the steps the checkpoint contains, drop the rest
             self.history = [m for m in map(json.loads, f) if m["step"] <= self.step]
-        with open(metrics_path, "w") as f:
-            f.writelines(json.dumps(m) + "\n" for m in self.history)
+        if self.accelerator.is_main_process:
+            with open(metrics_path, "w") as f:
+                f.writelines(json.dumps(m) + "\n" for m in self.history)
         self.sync_engine()
         self.log(f"resumed {self.cfg.name} from step {self.step} ({path})")
 
@@ -361,7 +420,7 @@ def _mean(xs) -> float:
 
 
 def _split(xs: list, k: int) -> list[list]:
-    k = min(k, len(xs))
+    """Exactly k parts (some empty when len(xs) < k): every process must take the same number of steps."""
     return [xs[i::k] for i in range(k)]
 
 
@@ -370,3 +429,66 @@ def _share_constant_groups(scores: torch.Tensor, group: torch.Tensor) -> float:
     ids = group.unique()
     constant = [bool((scores[group == g] == scores[group == g][0]).all()) for g in ids]
     return sum(constant) / len(constant)
+
+
+# ----------------------------------------------------------------------------------------------------- command line
+def plan(cfg: RunConfig) -> str:
+    """What a run of `cfg` will do, without building anything (the `--dry-run` / `dry_run=True` output)."""
+    schedule = make_schedule(cfg.schedule, cfg.rounds, every=cfg.rounds_every)
+    stages, start = [], 1
+    for step in range(1, cfg.steps + 1):   # contiguous step ranges with the same horizon
+        if step == cfg.steps or schedule.rounds_at(step + 1, []) != schedule.rounds_at(step, []):
+            stages.append(f"steps {start}-{step}: H={schedule.rounds_at(step, [])}")
+            start = step + 1
+    train, test = item_pool(cfg, "train"), item_pool(cfg, "test")
+    episodes = cfg.prompts_per_step * cfg.oversample * cfg.samples_per_prompt
+    local = models.is_available(cfg.model)
+    lines = [
+        f"run {cfg.name!r}: {cfg.algorithm} on {cfg.env} with {cfg.model} ({cfg.preset} preset) -> {cfg.run_dir}",
+        f"model: {'found locally' if local else 'NOT available offline: put it in the HF cache or pass a path'}",
+        f"items: {len(train)} train, {len(test)} test (eval on {min(cfg.eval_items, len(test))}, H={cfg.eval_rounds})",
+        f"each step: {cfg.prompts_per_step * cfg.oversample} prompts x {cfg.samples_per_prompt} episodes = "
+        f"{episodes} episodes, <= {cfg.max_tokens} tokens per reply, <= {cfg.max_total_tokens} per trajectory",
+        f"update: {cfg.ppo_epochs} epoch(s) x {cfg.mini_batches} mini-batches, lr {cfg.lr:g}, clip {cfg.clip_ratio}, "
+        f"KL {cfg.kl_type} x {cfg.kl_coef:g} ({'in the reward' if cfg.kl_in_reward else 'loss'}), "
+        f"entropy x {cfg.entropy_coef:g}, {'LoRA r=%d' % cfg.lora_rank if cfg.lora_rank else 'full fine-tuning'}, "
+        f"{'bf16 autocast' if cfg.bf16 else 'fp32'}",
+        f"horizon ({cfg.schedule}): " + "; ".join(stages),
+        f"total: {cfg.steps} steps, {cfg.steps * episodes:,} episodes, checkpoint every {cfg.save_every} steps",
+        f"engine: {cfg.engine}; env: {cfg.env_url or 'in-process'}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    """python -m agentgym_nb.train.rl --env babyai --preset cpu [--dry-run] [key=value ...]
+    Under `accelerate launch --config_file configs/accelerate/ddp_cpu_2proc.yaml -m agentgym_nb.train.rl ...` every
+    process plays its share of the items and the gradients are summed."""
+    import argparse
+    from ..config import make_config
+    p = argparse.ArgumentParser(prog="python -m agentgym_nb.train.rl", description="Online RL for a multi-turn agent.")
+    p.add_argument("--env", default="babyai")
+    p.add_argument("--preset", default=None, help="smoke, cpu or paper (default: $AGENTGYM_NB_PRESET, else cpu)")
+    p.add_argument("--name", default=None, help="run name: outputs/runs/<name> (default: <env>-<algorithm>)")
+    p.add_argument("--dry-run", action="store_true", help="validate the config and print the plan; build nothing")
+    p.add_argument("overrides", nargs="*", help="RunConfig fields or AgentGym-RL dotted keys, e.g. steps=10 "
+                                                "algorithm.rounds_ctrl.rounds=[2,4,6]")
+    args = p.parse_args(argv)
+    try:
+        cfg = make_config(preset=args.preset, env=args.env, overrides=args.overrides)
+    except ValueError as e:
+        p.error(str(e))
+    if args.name or cfg.name == "run":
+        cfg.name = args.name or f"{cfg.env}-{cfg.algorithm}"
+    print(plan(cfg), flush=True)
+    if args.dry_run:
+        return
+    trainer = Trainer(cfg)
+    trainer.fit(callback=lambda m: trainer.accelerator.is_main_process and print(
+        f"step {m['step']}: H={m['max_rounds']} reward {m['reward']:.3f} success {m['success']:.2f} "
+        f"kl {m['kl']:.4f} ({m['step_seconds']:.1f}s)", flush=True))
+    trainer.close()
+
+
+if __name__ == "__main__":
+    main()
