@@ -61,6 +61,7 @@ class RunConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     env_timeout: float = 60.0            # seconds per env call
+    max_envs: int = 64                   # live envs (episodes in flight) at once; SciWorld: one JVM each
     # horizon schedule (ScalingInter-RL)
     schedule: str = "stepwise"           # "fixed", "stepwise" (= scaling_inter_stepwise), "adaptive"
     rounds: list[int] = field(default_factory=lambda: [6, 13, 20])
@@ -151,6 +152,7 @@ CPU_EPISODES = {
     "babyai": dict(rounds=[2, 4, 6], eval_rounds=6, max_tokens=40, max_total_tokens=1536),
     "textcraft": dict(rounds=[4, 8, 12], eval_rounds=12, max_tokens=48, max_total_tokens=2048),
     "searchqa": dict(rounds=[3, 4, 5], eval_rounds=5, max_tokens=48, max_total_tokens=2048),
+    "sciworld": dict(rounds=[8, 16, 24], eval_rounds=24, max_tokens=32, max_total_tokens=4096, max_envs=4),
 }
 
 
@@ -286,7 +288,7 @@ def validate(cfg: RunConfig) -> None:
                          f"use; {cfg.algorithm} scores whole episodes (use the KL loss: kl_in_reward=False)")
     if not cfg.rounds or any(not isinstance(r, int) or r < 1 for r in cfg.rounds):
         raise ValueError(f"rounds must be a non-empty list of positive integers, got {cfg.rounds!r}")
-    for name in ("prompts_per_step", "samples_per_prompt", "oversample", "max_tokens", "steps", "rounds_every", "eval_items",
+    for name in ("prompts_per_step", "samples_per_prompt", "oversample", "max_envs", "max_tokens", "steps", "rounds_every", "eval_items",
                  "eval_samples", "eval_rounds", "ppo_epochs", "mini_batches", "save_every"):
         value = getattr(cfg, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:

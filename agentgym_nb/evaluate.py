@@ -184,7 +184,7 @@ def _mean(xs) -> float:
 # ---------------------------------------------------------------------------------------------------- evaluation
 
 def evaluate(engine, env_factory: Callable, item_ids: list[int], chat, *, n: int = 1, max_rounds: int = 20,
-             params=None, max_total_tokens: int = 4096, env_timeout: float = 60.0,
+             params=None, max_total_tokens: int = 4096, env_timeout: float = 60.0, max_concurrency: int = 64,
              trajectories_out: list | None = None, ks: Sequence[int] | None = None, results_path: str | None = None,
              summary_path: str | None = None, chunk_items: int | None = None, resamples: int = 2000,
              meta: dict | None = None) -> dict:
@@ -230,7 +230,7 @@ def evaluate(engine, env_factory: Callable, item_ids: list[int], chat, *, n: int
         positions = chunks[c]
         trajs = run_episodes(engine, env_factory, [item_ids[p] for p in positions], chat, n=n, max_rounds=max_rounds,
                              params=params, max_total_tokens=max_total_tokens, env_timeout=env_timeout,
-                             first_episode=positions[0] * n)
+                             max_concurrency=max_concurrency, first_episode=positions[0] * n)
         if trajectories_out is not None:
             trajectories_out.extend(trajs)
         records = [_record(t, positions[t.group], c, categories[t.item_id]) for t in trajs]
@@ -526,7 +526,8 @@ def run_cli(args, cfg, model_dir: str, checkpoint: str | None, items: list[int],
                          tokenizer=tokenizer)
     try:
         summary = evaluate(engine, lambda: envs.make(cfg.env), items, chat, n=args.n, max_rounds=max_rounds,
-                           params=params, max_total_tokens=cfg.max_total_tokens, env_timeout=cfg.env_timeout, ks=ks,
+                           params=params, max_total_tokens=cfg.max_total_tokens, env_timeout=cfg.env_timeout,
+                           max_concurrency=cfg.max_envs, ks=ks,
                            results_path=os.path.join(out, "results.jsonl"),
                            summary_path=os.path.join(out, "summary.json"), meta=meta)
     finally:

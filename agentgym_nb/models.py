@@ -46,6 +46,7 @@ class NanoSpec:
     target_success: float = 0.30      # stop cloning once sampled (T=1) success on validation items reaches this
     max_rounds: int = 6               # horizon of the validation episodes (the cpu preset's evaluation horizon)
     max_total_tokens: int = 1536
+    max_envs: int = 64                # validation episodes in flight (SciWorld: JVMs)
     levels: list[int] | None = None
     seed: int = 0
 
@@ -65,8 +66,10 @@ def resolve(name: str, *, preset: str = "cpu", env: str = "babyai", levels: list
     """Model name -> local directory holding config, weights and tokenizer. Builds nano on first use."""
     if name == "nano":
         from .config import CPU_EPISODES
-        spec = SMOKE_SPEC if preset == "smoke" else NanoSpec(max_rounds=CPU_EPISODES[env]["eval_rounds"],
-                                                             max_total_tokens=CPU_EPISODES[env]["max_total_tokens"])
+        shape = CPU_EPISODES[env]
+        spec = SMOKE_SPEC if preset == "smoke" else NanoSpec(max_rounds=shape["eval_rounds"],
+                                                             max_total_tokens=shape["max_total_tokens"],
+                                                             max_envs=shape.get("max_envs", 64))
         spec = NanoSpec(**{**asdict(spec), "env": env, "levels": levels})
         tag = "smoke" if preset == "smoke" else "cpu"
         lv = "" if levels is None else "-levels" + hashlib.sha1(str(sorted(levels)).encode()).hexdigest()[:6]
@@ -219,6 +222,7 @@ def build_nano(path: str, spec: NanoSpec, log=print) -> str:
                                 batch_tokens=spec.bc_batch_tokens, lr=spec.bc_lr, check_every=spec.check_every,
                                 val_items=val_items, target_success=spec.target_success,
                                 max_rounds=spec.max_rounds, max_total_tokens=spec.max_total_tokens,
+                                max_envs=spec.max_envs,
                                 seed=spec.seed, log=log)
     finally:
         engine.close()

@@ -130,7 +130,8 @@ class Trainer:
         mine = self.items_for_step(step)[rank::world]   # data parallel: each process plays its share of the items
         trajs = run_episodes(self.engine, self.env_factory, mine, self.chat, n=cfg.samples_per_prompt,
                              max_rounds=rounds, params=params, max_total_tokens=cfg.max_total_tokens,
-                             env_timeout=cfg.env_timeout, stats=stats, first_episode=rank * 1_000_000)
+                             env_timeout=cfg.env_timeout, max_concurrency=cfg.max_envs, stats=stats,
+                             first_episode=rank * 1_000_000)
         suffix = "" if rank == 0 else f"-rank{rank}"
         write_rollout_log(os.path.join(cfg.run_dir, "rollouts", f"step_{step:05d}{suffix}.jsonl"), trajs, step=step,
                           max_rounds=rounds)
@@ -353,7 +354,7 @@ class Trainer:
         result = evaluate(self.engine, self.env_factory, item_ids, self.chat, n=n or cfg.eval_samples,
                           max_rounds=max_rounds or cfg.eval_rounds, params=params,
                           max_total_tokens=cfg.max_total_tokens, env_timeout=cfg.env_timeout,
-                          trajectories_out=trajs_out)
+                          max_concurrency=cfg.max_envs, trajectories_out=trajs_out)
         write_rollout_log(os.path.join(cfg.run_dir, "rollouts", f"{tag}.jsonl"), trajs_out, tag=tag)
         return result
 

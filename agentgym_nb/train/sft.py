@@ -219,6 +219,7 @@ def _sft_step(model, params, opt, batch, micro_batch_tokens: int, grad_clip: flo
 def behaviour_cloning(model, demos: list[Trajectory], chat: ChatFormat, *, env_name: str, max_steps: int,
                       engine=None,
                       batch_tokens: int = 12288, lr: float = 2e-3, check_every: int = 100, val_items: list[int] = (),
+                      max_envs: int = 64,
                       target_success: float = 1.1, max_rounds: int = 6, max_total_tokens: int = 2048,
                       bf16: bool = True, seed: int = 0, log=print) -> list[dict]:
     """Clone `demos`; every `check_every` steps sample (T=1) episodes on `val_items` with `engine` (after syncing
@@ -254,7 +255,7 @@ def behaviour_cloning(model, demos: list[Trajectory], chat: ChatFormat, *, env_n
                 engine.load_weights(merged_state_dict(model).items())
             result = evaluate(engine, lambda: envs.make(env_name), list(val_items), chat, max_rounds=max_rounds,
                               params=SamplingParams(temperature=1.0, max_tokens=48, seed=seed),
-                              max_total_tokens=max_total_tokens)
+                              max_total_tokens=max_total_tokens, max_concurrency=max_envs)
             record = {"step": step, "loss": sum(losses) / len(losses), "val_success": result["success"],
                       "seconds": round(time.time() - t0, 1)}
             history.append(record)
