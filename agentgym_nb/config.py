@@ -34,7 +34,7 @@ def default_outputs_dir() -> str:
     return os.path.abspath("outputs")
 
 
-ENVS = ("babyai", "textcraft", "sciworld", "searchqa", "webarena")
+ENVS = ("babyai", "textcraft", "sciworld", "searchqa", "webarena", "miniwob")
 
 
 @dataclass
@@ -153,6 +153,7 @@ CPU_EPISODES = {
     "textcraft": dict(rounds=[4, 8, 12], eval_rounds=12, max_tokens=48, max_total_tokens=2048),
     "searchqa": dict(rounds=[3, 4, 5], eval_rounds=5, max_tokens=48, max_total_tokens=2048),
     "sciworld": dict(rounds=[8, 16, 24], eval_rounds=24, max_tokens=32, max_total_tokens=4096, max_envs=4),
+    "miniwob": dict(rounds=[2, 4, 6], eval_rounds=6, max_tokens=48, max_total_tokens=3072, max_envs=8),
 }
 
 
@@ -183,6 +184,9 @@ def preset_values(env: str, preset: str) -> dict[str, Any]:
     _check_choice("env", env, ENVS)
     _check_choice("preset", preset, PRESETS)
     if preset == "paper":
+        if env not in PAPER_SCRIPTS:
+            raise ValueError(f"the paper preset reproduces the paper's training scripts, which cover "
+                             f"{', '.join(PAPER_SCRIPTS)}; {env!r} has none (use preset cpu, or give the settings)")
         script = PAPER_SCRIPTS[env]
         return dict(model="Qwen/Qwen2.5-7B-Instruct", engine="vllm", prompts_per_step=script["batch"],
                     samples_per_prompt=script["n"], mini_batches=script["batch"] // script["mini_batch"],
