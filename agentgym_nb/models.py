@@ -237,14 +237,16 @@ def build_nano(path: str, spec: NanoSpec, log=print) -> str:
 
 def nano_items(spec: NanoSpec) -> tuple[list[int], list[int]]:
     """(demonstration items, validation items), both from the env's shipped train list (BabyAI: only `levels`):
-    validation is its last `val_items` items, demonstrations the first `demos` of the rest. Test items are never
-    seen by the build."""
+    validation takes `val_items` items evenly spread over the list (shipped lists are often ordered by difficulty),
+    demonstrations the first `demos` of the rest. Test items are never seen by the build."""
     from . import envs
     train = [i for i in envs.item_ids(spec.env, "train") if spec.levels is None or i % 40 in spec.levels]
     if len(train) <= spec.val_items:
         raise ValueError(f"{spec.env}: {len(train)} train items cannot give {spec.val_items} validation items and "
                          "demonstrations")
-    return train[:len(train) - spec.val_items][:spec.demos], train[len(train) - spec.val_items:]
+    val = train[::len(train) // spec.val_items][:spec.val_items]
+    held = set(val)
+    return [i for i in train if i not in held][:spec.demos], val
 
 
 # ------------------------------------------------------------------------------------------------- smollm2-135m
