@@ -263,6 +263,8 @@ def _apply(cfg: RunConfig, values: dict[str, Any]) -> None:
             hint = f"; did you mean {near[0]!r}?" if near else ""
             raise ValueError(f"unknown config key {key!r}{hint} (valid: RunConfig fields or AgentGym-RL keys such as "
                              "'algorithm.rounds_ctrl.rounds')")
+        if name in ("rounds", "levels", "train_items", "test_items") and isinstance(value, str):
+            value = _parse_value(value)   # papermill -p passes lists as text: "[2, 4, 8]"
         if name == "rounds" and isinstance(value, int):
             value = [value]
         if name in ("train_items", "test_items") and value is not None:
@@ -292,6 +294,8 @@ def validate(cfg: RunConfig) -> None:
                          f"use; {cfg.algorithm} scores whole episodes (use the KL loss: kl_in_reward=False)")
     if not cfg.rounds or any(not isinstance(r, int) or r < 1 for r in cfg.rounds):
         raise ValueError(f"rounds must be a non-empty list of positive integers, got {cfg.rounds!r}")
+    if cfg.schedule == "fixed" and len(cfg.rounds) != 1:
+        raise ValueError(f"a fixed schedule has one horizon: rounds=[H] (or rounds=H), got {cfg.rounds!r}")
     for name in ("prompts_per_step", "samples_per_prompt", "oversample", "max_envs", "max_tokens", "steps", "rounds_every", "eval_items",
                  "eval_samples", "eval_rounds", "ppo_epochs", "mini_batches", "save_every"):
         value = getattr(cfg, name)

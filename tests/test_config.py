@@ -83,3 +83,12 @@ def test_dry_run_prints_the_plan_without_a_gpu_or_the_model(capsys):
     with pytest.raises(SystemExit):
         main(["--env", "webarena", "--preset", "paper", "--dry-run", "algorithm.rounds_ctrl.typ=fixed"])
     assert "did you mean 'algorithm.rounds_ctrl.type'" in capsys.readouterr().err
+
+
+def test_fixed_schedule_and_papermill_list_text():
+    from agentgym_nb.algos.schedule import make_schedule
+    cfg = make_config(preset="smoke", schedule="fixed", rounds=6)
+    assert cfg.rounds == [6] and make_schedule(cfg.schedule, cfg.rounds, every=cfg.rounds_every).rounds_at(50) == 6
+    assert make_config(preset="smoke", rounds="[2, 4, 8]").rounds == [2, 4, 8]   # what papermill -p passes
+    with pytest.raises(ValueError, match="one horizon"):
+        make_config(preset="smoke", schedule="fixed", rounds=[2, 4])

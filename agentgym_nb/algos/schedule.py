@@ -116,12 +116,16 @@ def adaptive(rounds: Sequence[int], metric: str = "success", threshold: float = 
 
 
 def make_schedule(type: str, rounds: int | Sequence[int], every: int | None = None, **kw) -> Schedule:
-    """Build a schedule by name: ``fixed`` (rounds: int), ``stepwise`` or AgentGym-RL's ``scaling_inter_stepwise``
+    """Build a schedule by name: ``fixed`` (rounds: int or [int]), ``stepwise`` or AgentGym-RL's ``scaling_inter_stepwise``
     (rounds: list, every: steps per stage), ``adaptive`` (rounds: list, keyword options of ``adaptive``).
     ``every`` is ignored by fixed and adaptive, since AgentGym-RL configs always carry ``steps_scaling_inter``."""
     if type == "fixed":
         if kw:
             raise ValueError(f"fixed schedule takes no options, got {sorted(kw)}")
+        if not _is_int(rounds):   # a config's rounds list: [H]
+            if isinstance(rounds, (str, bytes)) or len(rounds) != 1:
+                raise ValueError(f"a fixed schedule has one horizon, e.g. rounds=[6], got {rounds!r}")
+            rounds = rounds[0]
         return fixed(rounds)
     if type in ("stepwise", "scaling_inter_stepwise"):
         if every is None:
