@@ -154,6 +154,7 @@ CPU_EPISODES = {
     "searchqa": dict(rounds=[3, 4, 5], eval_rounds=5, max_tokens=48, max_total_tokens=2048),
     "sciworld": dict(rounds=[8, 16, 24], eval_rounds=24, max_tokens=32, max_total_tokens=4096, max_envs=4),
     "miniwob": dict(rounds=[2, 4, 6], eval_rounds=6, max_tokens=48, max_total_tokens=3072, max_envs=8),
+    "webarena": dict(rounds=[4, 8, 12], eval_rounds=12, max_tokens=64, max_total_tokens=8192, max_envs=6),
 }
 
 
