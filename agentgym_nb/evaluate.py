@@ -464,7 +464,7 @@ def resolve_model(spec: str, *, env: str | None, preset: str | None, log=print) 
             cfg = RunConfig(**saved)
         except TypeError as e:
             raise ValueError(f"{spec}/config.json is not a RunConfig of this version: {e}") from None
-        cfg.train_items, cfg.test_items = tuple(cfg.train_items), tuple(cfg.test_items)
+        cfg.train_items, cfg.test_items = (None if x is None else tuple(x) for x in (cfg.train_items, cfg.test_items))
         checkpoint = latest_checkpoint(spec)
         base = models.resolve_config(cfg, log=log)
         return checkpoint_model_dir(checkpoint, base), dataclasses.replace(cfg, env=env or cfg.env), checkpoint
