@@ -89,6 +89,8 @@ def hf_engine(tiny_model_dir):
 
 @pytest.fixture(scope="module")
 def vllm_engine(tiny_model_dir):
+    import bm25s  # noqa: F401  (pulls in numba/llvmlite, whose wrappers broke vLLM's start-up module scan)
+    import llvmlite.binding.ffi  # noqa: F401
     threads = torch.get_num_threads()
     engine = VLLMEngine(tiny_model_dir, max_model_len=256, max_num_seqs=64, kv_cache_gib=0.25)
     engine.threads_before_init = threads

