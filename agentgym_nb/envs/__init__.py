@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import itertools
 
 from .base import Env, EnvError, EnvStateError, InvalidAction, Step
 
@@ -62,10 +63,20 @@ def serve(name: str, host: str = "127.0.0.1", port: int = 36002, **kw) -> None:
     serve_http(name, host=host, port=port, **kw)
 
 
-def connect(name: str, url: str, timeout: float = 30.0) -> Env:
-    """An env living on an AgentGym-protocol server at `url` (ours or AgentGym's own)."""
+_NEXT_URL: dict[tuple[str, ...], itertools.count] = {}   # URL list -> its round-robin counter
+
+
+def connect(name: str, url: str | list[str], timeout: float = 30.0) -> Env:
+    """An env living on an AgentGym-protocol server at `url` (ours or AgentGym's own). Given a list of URLs (the
+    ports of `python -m agentgym_nb.envs serve <env> --workers N`, or several hosts), each new env is created on the
+    next URL in turn (round robin, shared by all threads) and stays there."""
     from .http import HTTPEnv
 
+    if not isinstance(url, str):
+        urls = tuple(url)
+        if not urls or not all(isinstance(u, str) for u in urls):
+            raise ValueError(f"connect needs a URL or a non-empty list of URL strings, got {url!r}")
+        url = urls[next(_NEXT_URL.setdefault(urls, itertools.count())) % len(urls)]
     return (env_class(name).http_client or HTTPEnv)(name, url, timeout=timeout)
 
 

@@ -171,6 +171,44 @@ def serve(name: str, host: str = "127.0.0.1", port: int = 36002, **kw) -> None:
     uvicorn.run(make_app(name, **kw), host=host, port=port, access_log=False)
 
 
+def serve_workers(name: str, host: str = "127.0.0.1", port: int = 36002, workers: int = 2) -> None:
+    """Serve env `name` from `workers` server processes on ports port, port+1, ..., port+workers-1, until interrupted
+    or until one of them stops (then all stop). Each process has its own envs and ids, so a client keeps talking to
+    the port that created its env: `connect(name, [url_0, url_1, ...])` spreads new envs over them in turn.
+    (Not uvicorn's --workers, which shares one port between processes and would route an id to a process that does
+    not hold it.) Several processes use several cores: one Python process steps its envs one at a time (the GIL)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))   # so `finally` stops the workers on a plain kill
+    procs = [subprocess.Popen([sys.executable, "-m", "agentgym_nb.envs", "serve", name, "--host", host,
+                               "--port", str(port + i)]) for i in range(workers)]
+    urls = [f"http://{host}:{port + i}" for i in range(workers)]
+    print(f"serving {name} from {workers} processes: {' '.join(urls)}", flush=True)
+    try:
+        while all(p.poll() is None for p in procs):
+            time.sleep(0.5)
+    except KeyboardInterrupt:   # Ctrl-C reached the workers too (same process group): they are stopping
+        pass
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    failed = [(p.args[-1], p.returncode) for p in procs if p.returncode not in (0, -signal.SIGTERM)]
+    if failed:
+        raise SystemExit(f"{name} server process(es) stopped: (port, exit code) {failed}")
+
+
 class HTTPEnv(Env):
     """An env on an AgentGym-protocol server. Like AgentGym's client it posts /create on construction, extracts the
     action from the reply locally and posts only the action, and reports the server's "score" as the reward.

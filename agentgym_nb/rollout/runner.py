@@ -4,6 +4,12 @@ No lockstep rounds. The main thread generates for every episode whose env has re
 env calls are still running in threads; an episode that ends frees its slot at once and the next one starts. Every
 env call has a timeout; an env that fails marks its episode `failed` (reported, excluded from the update), never a
 silent zero reward.
+
+Batching: a generate call costs nearly as much for one prompt as for many (CPU and GPU alike), so after the first env
+reply the runner gathers more before generating: it keeps waiting for the next reply until LINGER times the duration
+of the previous generate call has passed, and after that for as long as replies keep arriving less than GAP seconds
+apart. Replies that come milliseconds apart share one call; a slow env holds the others back by at most that much
+(bench/rollout_lockstep.py measures it: mode `ours-nolinger`).
 """
 from __future__ import annotations
 
@@ -21,6 +27,9 @@ import torch
 from ..envs.base import Env, EnvError
 from .engine import Engine, SamplingParams
 from .trajectory import ChatFormat, Trajectory
+
+LINGER = 0.5   # wait for more env replies up to this share of the previous generate call's duration, ...
+GAP = 0.01     # ... and beyond it while replies keep arriving at most this many seconds apart
 
 
 @dataclass
@@ -79,6 +88,12 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
     torch_threads = torch.get_num_threads()
     torch.set_num_threads(threads or torch_threads)
     pool = cf.ThreadPoolExecutor(max_workers=max(1, min(max_concurrency, 64)), thread_name_prefix="env")
+    # Closes get their own threads: env calls still pending at the end are cancelled, closes never are (a cancelled
+    # close leaves the env alive on its server, or holding a JVM). The healthy episodes' closes are waited for, so
+    # their envs are gone when this returns; a failed episode's env may sit on a dead server: not waited for.
+    closer = cf.ThreadPoolExecutor(max_workers=4, thread_name_prefix="env-close")
+    closing: list[cf.Future] = []
+    last_generate = 0.0   # seconds of the previous generate call (0 before the first: no lingering)
 
     def begin(index: int, group_item: tuple[int, int]) -> None:
         group, item = group_item
@@ -87,7 +102,9 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
 
     def finish(ep: _Episode) -> None:
         if ep.env is not None:
-            pool.submit(_close_quietly, ep.env)
+            fut = closer.submit(_close_quietly, ep.env)
+            if not ep.traj.failed:
+                closing.append(fut)
         finished.append(ep.traj)
         stats.episodes += 1
         stats.policy_tokens += ep.traj.num_policy_tokens
@@ -98,6 +115,8 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
                 begin(*todo.popleft())
             if not ready:   # nothing to generate: wait for the first env reply (or a timeout)
                 done, _ = cf.wait(waiting, timeout=_time_left(waiting), return_when=cf.FIRST_COMPLETED)
+                if done:   # let the replies that are about to come join this batch
+                    done = _gather(waiting, until=time.monotonic() + LINGER * last_generate)
             else:
                 done = [f for f in waiting if f.done()]
             for fut in done:
@@ -110,13 +129,16 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
                 ep, _ = waiting.pop(fut)
                 ep.traj.failed = f"env call timed out after {env_timeout:.0f}s"
                 finish(ep)
+                # a create/reset that answers after its deadline still holds an env (a server slot): close it then
+                fut.add_done_callback(lambda f, ep=ep: ep.env is not None and _close_quietly(ep.env))
             if ready:
                 batch, ready = ready, []
                 tg = time.perf_counter()
                 seeds = None if params.seed is None else [turn_seed(params.seed, ep.index, ep.traj.num_rounds)
                                                           for ep in batch]
                 completions = engine.generate([ep.traj.input_ids for ep in batch], params, seeds)
-                stats.generate_seconds += time.perf_counter() - tg
+                last_generate = time.perf_counter() - tg
+                stats.generate_seconds += last_generate
                 for ep, c in zip(batch, completions):
                     ids, logprobs = c.token_ids, c.logprobs
                     room = max_total_tokens - len(ep.traj.input_ids) - 1   # keep room for a closing token
@@ -128,8 +150,10 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
                         finish(ep)
                     else:
                         waiting[pool.submit(_step, ep, text)] = (ep, time.monotonic() + env_timeout)
+        cf.wait(closing, timeout=env_timeout)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+        closer.shutdown(wait=False)
         torch.set_num_threads(torch_threads)
     stats.seconds += time.perf_counter() - t0
     finished.sort(key=lambda t: t.group)
@@ -138,6 +162,20 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
 
 def _time_left(waiting: dict) -> float:
     return max(0.0, min(deadline for _, deadline in waiting.values()) - time.monotonic()) + 0.01
+
+
+def _gather(waiting: dict, until: float) -> set[cf.Future]:
+    """The env calls done once replies stop coming: wait for the next reply while before `until`, and after it
+    while replies keep arriving at most GAP seconds apart (never past an env call's deadline)."""
+    while True:
+        pending = [f for f in waiting if not f.done()]
+        if not pending:
+            break
+        timeout = min(max(until - time.monotonic(), GAP), _time_left(waiting))
+        arrived, _ = cf.wait(pending, timeout=timeout, return_when=cf.FIRST_COMPLETED)
+        if not arrived:
+            break
+    return {f for f in waiting if f.done()}
 
 
 def _reset(env_factory, ep: _Episode, item_id: int):
