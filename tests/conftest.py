@@ -29,7 +29,7 @@ def chat(tokenizer):
     return ChatFormat(tokenizer)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")   # not session: closing another module's engine would break a shared one
 def vllm_nano(nano_dir):
     from agentgym_nb.rollout.engine import VLLMEngine
     engine = VLLMEngine(nano_dir, max_model_len=2048, max_num_seqs=32, kv_cache_gib=0.5)

@@ -310,6 +310,8 @@ class VLLMEngine(Engine):
         self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
 
     def close(self) -> None:
+        """Note: vLLM's state is partly process-wide: closing an engine breaks any other engine still open in this
+        process ("pipeline model parallel group is not initialized"). Keep one open engine at a time."""
         if getattr(self, "llm", None) is not None:
             self.llm.llm_engine.engine_core.shutdown()
             self.llm = None
