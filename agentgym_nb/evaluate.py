@@ -360,7 +360,7 @@ def is_run_dir(path: str) -> bool:
 
 
 def latest_checkpoint(run_dir: str) -> str:
-    """The newest complete checkpoint of a run (ckpt/step_XXXXX; half-written .tmp folders are ignored)."""
+    """The newest complete checkpoint of a run (ckpt/step_00040 and so on; half-written .tmp folders are ignored)."""
     root = os.path.join(run_dir, "ckpt")
     steps = sorted(d for d in os.listdir(root) if d.startswith("step_") and not d.endswith(".tmp")) \
         if os.path.isdir(root) else []

