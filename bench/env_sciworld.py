@@ -18,7 +18,6 @@ import collections
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ import requests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from agentgym_nb.envs.http import free_ports  # noqa: E402
 
 
 def rss_mb(pid: int) -> dict:
@@ -99,12 +99,6 @@ def package_step_speed(item: int, actions: list[str]) -> dict:
     return {"item": item, "steps": len(actions), "package_steps_per_s": len(actions) / seconds}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def agentgym_action(reply: str) -> str:
     """AgentGym's SciworldEnvClient.step parsing (ReAct): text after the last "Action:", stripped."""
     parts = reply.rsplit("Action:", 1)
@@ -112,7 +106,7 @@ def agentgym_action(reply: str) -> str:
 
 
 def http_run(actions: dict[int, list[str]], total_steps: int) -> dict:
-    port = free_port()
+    port = free_ports()
     url = f"http://127.0.0.1:{port}"
     server = subprocess.Popen([sys.executable, "-m", "agentgym_nb.envs", "serve", "sciworld", "--port", str(port)],
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -11,7 +11,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -20,6 +19,8 @@ import time
 from pathlib import Path
 
 import requests
+
+from agentgym_nb.envs.http import free_ports
 
 RESULTS = Path(__file__).resolve().parent / "results" / "env_searchqa.json"
 
@@ -43,14 +44,6 @@ def start_server(port: int, env: dict) -> subprocess.Popen:
                 raise RuntimeError("the searchqa server died while starting")
             time.sleep(0.1)
     raise RuntimeError("the searchqa server did not start within 120 s")
-
-
-def free_port() -> int:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return port
 
 
 def main():
@@ -128,7 +121,7 @@ def main():
                             "what": "expert episodes over all 3,000 items (searches and answers)"}
     print(json.dumps({k: result[k] for k in ("query_ms", "expert", "in_process")}, indent=1))
 
-    port = free_port()
+    port = free_ports()
     server = start_server(port, {**os.environ, "OMP_NUM_THREADS": "1"})
     url = f"http://127.0.0.1:{port}"
     try:

@@ -39,7 +39,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from agentgym_nb.envs.http import IdBody, ResetBody, StepBody  # noqa: E402  (FastAPI resolves body types by name)
+from agentgym_nb.envs.http import IdBody, ResetBody, StepBody, free_ports  # noqa: E402  (FastAPI resolves body types by name)
 from _common import machine, versions  # bench/_common.py
 
 SERVERS = ("agentgym", "agentgym-nogc", "ours", "ours-2w")
@@ -123,22 +123,6 @@ def agentgym_app(per_request_work: bool = True):
 
 
 # ----------------------------------------------------------------------------------------------------- servers
-def free_ports(k: int) -> int:
-    """A port p with p..p+k-1 free on 127.0.0.1."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        try:
-            for i in range(k):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port + i))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError(f"no {k} consecutive free ports")
-
-
 def start(server: str) -> tuple[subprocess.Popen, list[tuple[str, int]]]:
     workers = 2 if server == "ours-2w" else 1
     port = free_ports(workers)

@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import requests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from agentgym_nb.envs.http import free_ports  # noqa: E402
 
 BUILD = ("import time; from agentgym_nb.envs.textcraft import crafting_tree; t = time.perf_counter(); "
          "crafting_tree(); print(time.perf_counter() - t)")
@@ -49,10 +49,7 @@ def run_experts(make_env, items, expert) -> tuple[int, int, float]:
 
 
 def start_server() -> tuple[subprocess.Popen, str]:
-    free = socket.socket()
-    free.bind(("127.0.0.1", 0))
-    port = free.getsockname()[1]
-    free.close()
+    port = free_ports()
     process = subprocess.Popen([sys.executable, "-m", "agentgym_nb.envs", "serve", "textcraft", "--port", str(port)],
                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"

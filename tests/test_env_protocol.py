@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
+from agentgym_nb.envs.http import free_ports
 from agentgym_nb.envs import EnvError, EnvStateError, connect, make
 from agentgym_nb.envs.babyai import expert_replies
 from agentgym_nb.envs.base import MULTIPLE_ACTIONS
@@ -201,10 +202,7 @@ def test_cli():
                          timeout=60)
     assert bad.returncode == 2 and "unknown env 'babya', did you mean 'babyai'?" in bad.stderr
 
-    free = socket.socket()
-    free.bind(("127.0.0.1", 0))
-    port = free.getsockname()[1]
-    free.close()
+    port = free_ports()
     process = subprocess.Popen([sys.executable, "-m", "agentgym_nb.envs", "serve", "babyai", "--port", str(port)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     greeting = None

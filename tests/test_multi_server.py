@@ -2,7 +2,6 @@
 `envs.connect(name, [url0, url1])` creates new envs on them in turn, episodes played through them match in-process
 episodes, every env a rollout created is closed on its server when run_episodes returns, and stopping the parent
 stops both workers."""
-import socket
 import subprocess
 import sys
 import time
@@ -11,26 +10,12 @@ import psutil
 import pytest
 import requests
 
+from agentgym_nb.envs.http import free_ports
 from agentgym_nb import envs
 from agentgym_nb.rollout.engine import SamplingParams
 from agentgym_nb.rollout.runner import run_episodes
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def free_port_pair() -> int:
-    """A port p with p and p + 1 both free on 127.0.0.1 (at the time of asking)."""
-    for _ in range(50):
-        with socket.socket() as a:
-            a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
-            with socket.socket() as b:
-                try:
-                    b.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-                return port
-    raise RuntimeError("no two consecutive free ports found")
 
 
 def answering(url: str) -> bool:
@@ -41,7 +26,7 @@ def answering(url: str) -> bool:
 
 
 def start_two_servers() -> tuple[subprocess.Popen, list[str]]:
-    port = free_port_pair()
+    port = free_ports(2)
     proc = subprocess.Popen([sys.executable, "-m", "agentgym_nb.envs", "serve", "babyai", "--port", str(port),
                              "--workers", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     urls = [f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"]

@@ -9,20 +9,15 @@ import time
 import pytest
 import requests
 
+from agentgym_nb.envs.http import free_ports
 from agentgym_nb import envs
 from agentgym_nb.rollout.engine import SamplingParams
 from agentgym_nb.rollout.runner import run_episodes
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def server_process():
-    port = free_port()
+    port = free_ports()
     proc = subprocess.Popen([sys.executable, "-m", "agentgym_nb.envs", "serve", "babyai", "--port", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"

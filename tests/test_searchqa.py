@@ -5,7 +5,6 @@ a busy 2-core machine, once); later runs load them in about a second.
 """
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 import requests
 
+from agentgym_nb.envs.http import free_ports
 from agentgym_nb.envs import EnvError, EnvStateError, connect, item_ids, make
 from agentgym_nb.envs.http import make_app
 from agentgym_nb.envs.searchqa import (ACTION, CORRECT, INCORRECT, INSTRUCTION, INVALID, MAX_ACTION_CHARS, PROMPT,
@@ -454,10 +454,7 @@ def test_concurrent_episodes_do_not_mix_and_cycles_leave_nothing(server, env):
 
 
 def test_cli_serves_searchqa(env):
-    free = socket.socket()
-    free.bind(("127.0.0.1", 0))
-    port = free.getsockname()[1]
-    free.close()
+    port = free_ports()
     process = subprocess.Popen([sys.executable, "-m", "agentgym_nb.envs", "serve", "searchqa", "--port", str(port)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"

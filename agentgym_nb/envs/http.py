@@ -164,6 +164,27 @@ def id_routes(app: FastAPI, pool: EnvPool, cls: type[Env]) -> None:
         return pool.close(body.id)
 
 
+def free_ports(count: int = 1, host: str = "127.0.0.1") -> int:
+    """A port p such that p, p+1, ..., p+count-1 are free on `host` now (for `serve --port p --workers count`).
+
+    Asks the OS for a free port rather than trusting a fixed one: fixed ports such as 36002 sit inside Linux's
+    ephemeral range (32768-60999), so any outgoing connection on the machine may hold them at the wrong moment."""
+    import socket
+
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        try:
+            for i in range(count):
+                with socket.socket() as s:
+                    s.bind((host, port + i))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError(f"found no {count} consecutive free ports on {host}")
+
+
 def serve(name: str, host: str = "127.0.0.1", port: int = 36002, **kw) -> None:
     """Serve env `name` over HTTP until interrupted (one process: the envs live in its memory)."""
     import uvicorn
