@@ -192,12 +192,14 @@ def serve(name: str, host: str = "127.0.0.1", port: int = 36002, **kw) -> None:
     uvicorn.run(make_app(name, **kw), host=host, port=port, access_log=False)
 
 
-def serve_workers(name: str, host: str = "127.0.0.1", port: int = 36002, workers: int = 2) -> None:
+def serve_workers(name: str, host: str = "127.0.0.1", port: int = 36002, workers: int = 2, **kw) -> None:
     """Serve env `name` from `workers` server processes on ports port, port+1, ..., port+workers-1, until interrupted
     or until one of them stops (then all stop). Each process has its own envs and ids, so a client keeps talking to
     the port that created its env: `connect(name, [url_0, url_1, ...])` spreads new envs over them in turn.
     (Not uvicorn's --workers, which shares one port between processes and would route an id to a process that does
-    not hold it.) Several processes use several cores: one Python process steps its envs one at a time (the GIL)."""
+    not hold it.) Several processes use several cores: one Python process steps its envs one at a time (the GIL).
+    `kw` (the env's constructor options) reach every process as `--set key=<JSON>` (paths as text)."""
+    import json
     import signal
     import subprocess
     import sys
@@ -206,7 +208,8 @@ def serve_workers(name: str, host: str = "127.0.0.1", port: int = 36002, workers
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))   # so `finally` stops the workers on a plain kill
-    procs = [subprocess.Popen([sys.executable, "-m", "agentgym_nb.envs", "serve", name, "--host", host,
+    options = [arg for key, value in kw.items() for arg in ("--set", f"{key}={json.dumps(value, default=str)}")]
+    procs = [subprocess.Popen([sys.executable, "-m", "agentgym_nb.envs", "serve", name, *options, "--host", host,
                                "--port", str(port + i)]) for i in range(workers)]
     urls = [f"http://{host}:{port + i}" for i in range(workers)]
     print(f"serving {name} from {workers} processes: {' '.join(urls)}", flush=True)
