@@ -373,7 +373,9 @@ def latest_checkpoint(run_dir: str) -> str:
 def checkpoint_model_dir(checkpoint: str, base_dir: str) -> str:
     """An HF folder (config, tokenizer, weights) holding a trainer checkpoint's policy, built once next to it
     (<checkpoint>/hf) so every engine can load it. The checkpoint's model.safetensors is accelerate's save of the
-    policy; a tied lm_head is absent there and comes back through the tie."""
+    policy; a tied lm_head is absent there and comes back through the tie. A LoRA run's policy is saved under peft's
+    names (base_model.model.<name>, base_layer, lora_A/lora_B): the trainer's LoRA (`add_lora`, its rank read from
+    the adapter shapes) is rebuilt around the base model, loaded, and merged into plain weights, W + (alpha / r) B A."""
     import torch
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
@@ -383,13 +385,19 @@ def checkpoint_model_dir(checkpoint: str, base_dir: str) -> str:
     weights = os.path.join(checkpoint, "model.safetensors")
     if not os.path.exists(weights):
         raise ValueError(f"checkpoint {checkpoint} has no model.safetensors (expected accelerate's save_state)")
+    state = load_file(weights)
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
-    result = model.load_state_dict(load_file(weights), strict=False)
-    tied = {"lm_head.weight"} if model.config.tie_word_embeddings else set()
-    missing, unexpected = sorted(set(result.missing_keys) - tied), sorted(result.unexpected_keys)
-    if missing or unexpected:
-        raise ValueError(f"checkpoint {checkpoint} does not fit the model in {base_dir}: missing {missing[:5]}, "
-                         f"unexpected {unexpected[:5]}")
+    ranks = {v.shape[0] for k, v in state.items() if ".lora_A." in k}
+    if len(ranks) > 1:
+        raise ValueError(f"checkpoint {checkpoint} has LoRA adapters of several ranks {sorted(ranks)}; the trainer "
+                         "uses one rank (lora_rank)")
+    if ranks:
+        from .train.common import add_lora
+        model = add_lora(model, r=ranks.pop())
+        _check_fit(model.load_state_dict(state, strict=False), model, checkpoint, base_dir)
+        model = model.merge_and_unload()
+    else:
+        _check_fit(model.load_state_dict(state, strict=False), model, checkpoint, base_dir)
     model.tie_weights()
     tmp = out + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -401,6 +409,15 @@ def checkpoint_model_dir(checkpoint: str, base_dir: str) -> str:
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
     return out
+
+
+def _check_fit(result, model, checkpoint: str, base_dir: str) -> None:
+    tied = "lm_head.weight" if model.config.tie_word_embeddings else None
+    missing = sorted(k for k in result.missing_keys if not (tied and k.endswith(tied)))
+    unexpected = sorted(result.unexpected_keys)
+    if missing or unexpected:
+        raise ValueError(f"checkpoint {checkpoint} does not fit the model in {base_dir}: missing {missing[:5]}, "
+                         f"unexpected {unexpected[:5]}")
 
 
 # ---------------------------------------------------------------------------------------------- paper numbers

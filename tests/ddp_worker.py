@@ -1,5 +1,12 @@
-"""Run by tests/test_ddp.py under `accelerate launch` (two gloo processes): one real training step of the smoke
-config, then every rank writes a fingerprint of its weights (and of the initial ones) next to the run."""
+"""Run by tests/test_ddp.py under `accelerate launch` (two gloo processes). Two parts, each with its own run:
+
+1. `ddp` (GRPO): one real training step of the smoke config, then every rank writes a fingerprint of its weights
+   (and of the initial ones) next to the run.
+2. `union` (REINFORCE++): every rank plays its share of the items, re-scored so the shares differ in mean (rank 1
+   scores one higher), and makes one update; every rank writes its episodes and its weights afterwards, for the test
+   to compare with one process's update on the union of the episodes.
+"""
+import dataclasses
 import json
 import os
 import sys
@@ -7,6 +14,8 @@ import sys
 import torch
 
 from agentgym_nb.config import make_config
+from agentgym_nb.rollout.engine import SamplingParams
+from agentgym_nb.rollout.runner import run_episodes
 from agentgym_nb.train.rl import Trainer
 
 
@@ -14,7 +23,26 @@ def fingerprint(model) -> list[float]:
     return [float(v.double().sum()) for _, v in sorted(model.state_dict().items())]
 
 
-def main(out_dir: str) -> None:
+def union_config(out_dir: str):
+    """REINFORCE++ with discounting (returns vary within an episode), two mini-batches, no entropy bonus: the update
+    is driven by the whitened returns alone."""
+    return make_config(preset="smoke", name="union", overrides={
+        "out_dir": out_dir, "engine": "hf", "algorithm": "reinforce_plus_plus", "gamma": 0.9, "lr": 1e-2,
+        "entropy_coef": 0.0, "prompts_per_step": 4, "samples_per_prompt": 2, "mini_batches": 2, "threads": 1})
+
+
+def rescored_episodes(trainer, rank: int, world: int) -> list:
+    cfg = trainer.cfg
+    trajs = run_episodes(trainer.engine, trainer.env_factory, trainer.items_for_step(1)[rank::world], trainer.chat,
+                         n=cfg.samples_per_prompt, max_rounds=2, max_total_tokens=cfg.max_total_tokens,
+                         params=SamplingParams(temperature=1.0, max_tokens=cfg.max_tokens, seed=5),
+                         first_episode=rank * 1_000_000)
+    for i, t in enumerate(trajs):
+        t.reward = float(i % 2 + rank)
+    return [t for t in trajs if t.num_policy_tokens > 0]
+
+
+def grpo_step(out_dir: str) -> None:
     # entropy_coef: every episode contributes a gradient, so unsynchronised ranks would drift apart
     cfg = make_config(preset="smoke", name="ddp", overrides={"out_dir": out_dir, "engine": "hf", "lr": 1e-2,
                                                              "entropy_coef": 0.1, "prompts_per_step": 4,
@@ -28,8 +56,22 @@ def main(out_dir: str) -> None:
         json.dump({"rank": rank, "world": trainer.accelerator.num_processes, "before": before,
                    "after": fingerprint(model), "items": trainer.items_for_step(1)[rank::2],
                    "episodes": metrics["episodes"], "optimizer_steps": metrics["optimizer_steps"]}, f)
-    torch.distributed.barrier()
+    trainer.close()
+
+
+def union_update(out_dir: str) -> None:
+    trainer = Trainer(union_config(out_dir), log=lambda *a: None)
+    rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
+    trajs = rescored_episodes(trainer, rank, world)
+    out = trainer._update(trajs, 1)
+    with open(os.path.join(out_dir, f"union_rank{rank}.json"), "w") as f:
+        json.dump({"episodes": [dataclasses.asdict(t) for t in trajs], "optimizer_steps": out["optimizer_steps"]}, f)
+    torch.save(trainer.accelerator.unwrap_model(trainer.model).state_dict(),
+               os.path.join(out_dir, f"union_rank{rank}.pt"))
+    trainer.close()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    grpo_step(sys.argv[1])
+    union_update(sys.argv[1])
+    torch.distributed.barrier()

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from agentgym_nb.algos.advantages import (gae, grpo, masked_mean, masked_whiten, reinforce_pp, rloo,
+from agentgym_nb.algos.advantages import (gae, grpo, masked_mean, masked_moments, masked_whiten, reinforce_pp, rloo,
                                           token_rewards_from_scores)
 
 # One multi-turn sequence, T = 11:
@@ -188,3 +188,20 @@ def test_long_batch_matches_per_row():
     for b in range(4):
         a1, r1 = gae(r[b:b + 1], v[b:b + 1], m[b:b + 1], gamma=0.9, lam=0.8, whiten=False)
         assert torch.allclose(adv[b], a1[0]) and torch.allclose(ret[b], r1[0])
+
+
+def test_whitening_a_split_batch_with_summed_moments_is_whitening_the_whole():
+    # two processes hold [1, 2] and [3, 4] (plus untrainable tokens): moments (1+2, 1+4, 2) + (3+4, 9+16, 2)
+    x1, m1 = torch.tensor([[1.0, 9.0], [2.0, -7.0]]), torch.tensor([[1, 0], [1, 0]])
+    x2, m2 = torch.tensor([[3.0, 4.0, 50.0]]), torch.tensor([[1, 1, 0]])
+    assert masked_moments(x1, m1).tolist() == [3.0, 5.0, 2.0]
+    total = masked_moments(x1, m1) + masked_moments(x2, m2)
+    assert total.tolist() == [10.0, 30.0, 4.0]
+    # mu = 10/4 = 2.5, var = (30 - 4 * 2.5^2) / 3 = 5/3: the numbers of test_masked_whiten_numbers_and_untouched_outside
+    s = math.sqrt(5 / 3)
+    assert masked_whiten(x1, m1, eps=0.0, moments=total).flatten().tolist() == pytest.approx([-1.5 / s, 0, -0.5 / s, 0])
+    assert masked_whiten(x2, m2, eps=0.0, moments=total).flatten().tolist() == pytest.approx([0.5 / s, 1.5 / s, 0])
+    # each share whitened on its own is something else: [1, 2] -> mean 1.5, std sqrt(.5)
+    assert masked_whiten(x1, m1, eps=0.0).flatten().tolist() == pytest.approx([-0.5 ** 0.5, 0, 0.5 ** 0.5, 0])
+    with pytest.raises(ValueError, match="at least 2 trainable tokens"):
+        masked_whiten(x1, m1, moments=masked_moments(x1[:1], m1[:1]))

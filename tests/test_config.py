@@ -1,4 +1,6 @@
 """RunConfig: presets, AgentGym-RL dotted keys, and clear errors for bad input."""
+import dataclasses
+
 import pytest
 
 from agentgym_nb.config import make_config, parse_overrides
@@ -92,3 +94,66 @@ def test_fixed_schedule_and_papermill_list_text():
     assert make_config(preset="smoke", rounds="[2, 4, 8]").rounds == [2, 4, 8]   # what papermill -p passes
     with pytest.raises(ValueError, match="one horizon"):
         make_config(preset="smoke", schedule="fixed", rounds=[2, 4])
+
+
+def test_adaptive_schedule_options_from_the_config():
+    from agentgym_nb.algos.schedule import adaptive
+    from agentgym_nb.config import round_schedule
+    # the defaults are adaptive()'s, so runs named by their non-default settings keep their names
+    assert round_schedule(make_config(preset="smoke", schedule="adaptive", rounds=[2, 4])) == adaptive([2, 4])
+    cfg = make_config(preset="smoke", overrides=["algorithm.rounds_ctrl.type=adaptive", "rounds=[2,4,6]",
+                                                  "adaptive_metric=cut_by_horizon", "adaptive_threshold=0.8",
+                                                  "adaptive_patience=2", "adaptive_min_steps=3"])
+    schedule = round_schedule(cfg)
+    assert schedule == adaptive([2, 4, 6], metric="cut_by_horizon", threshold=0.8, patience=2, min_steps=3)
+    # after 3 steps at H=2 with the last two cut by the horizon at (.7 + .9)/2 = .8 >= .8: step 4 plays H=4
+    history = [{"cut_by_horizon": v, "success": 1.0} for v in (0.1, 0.7, 0.9)]
+    assert [schedule.rounds_at(k, history) for k in (1, 2, 3, 4)] == [2, 2, 2, 4]
+    assert round_schedule(dataclasses.replace(cfg, adaptive_threshold=0.9)).rounds_at(4, history) == 2
+
+
+@pytest.mark.parametrize("override, message", [
+    ("adaptive_metric=sucess", "unknown adaptive_metric 'sucess'. Did you mean 'success'"),
+    ("adaptive_threshold=high", "adaptive_threshold must be a number"),
+    ("adaptive_threshold=true", "adaptive_threshold must be a number"),
+    ("adaptive_patience=0", "adaptive_patience must be a positive integer"),
+    ("adaptive_patience=1.5", "adaptive_patience must be a positive integer"),
+    ("adaptive_min_steps=-1", "adaptive_min_steps must be an integer >= 0"),
+    ("rounds=[6,3]", "non-decreasing"),
+])
+def test_bad_adaptive_options_are_named(override, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        make_config(preset="smoke", overrides=["schedule=adaptive", override])
+
+
+def test_dry_run_of_an_adaptive_schedule_states_its_rule(capsys):
+    from agentgym_nb.train.rl import main
+    main(["--env", "babyai", "--preset", "smoke", "--dry-run", "schedule=adaptive", "rounds=[2,4,6]",
+          "adaptive_metric=cut_by_horizon", "adaptive_threshold=0.8", "adaptive_patience=3", "adaptive_min_steps=4",
+          "env_url=http://127.0.0.1:36002,http://127.0.0.1:36003"])
+    out = capsys.readouterr().out
+    assert ("horizon (adaptive): H=2 -> 4 -> 6, the next one once the mean cut_by_horizon of the last 3 steps is "
+            ">= 0.8, after at least 4 steps at the current one") in out
+    assert "env: http://127.0.0.1:36002, http://127.0.0.1:36003" in out
+
+
+@pytest.mark.parametrize("given, parsed", [
+    ("http://127.0.0.1:36002", "http://127.0.0.1:36002"),
+    ("http://127.0.0.1:36002,http://127.0.0.1:36003", ["http://127.0.0.1:36002", "http://127.0.0.1:36003"]),
+    ("http://a:1, https://b:2", ["http://a:1", "https://b:2"]),
+    ('["http://a:1", "http://b:2"]', ["http://a:1", "http://b:2"]),   # papermill -p env_url '[...]'
+    (["http://a:1", "http://b:2"], ["http://a:1", "http://b:2"]),
+    (("http://a:1",), ["http://a:1"]),
+])
+def test_env_url_takes_one_url_or_a_list(given, parsed):
+    assert make_config(preset="smoke", env_url=given).env_url == parsed   # a notebook's parameter
+    if isinstance(given, str):
+        assert make_config(preset="smoke", overrides=[f"env_url={given}"]).env_url == parsed
+        assert make_config(preset="smoke", overrides=[f"agentgym.env_addr={given}"]).env_url == parsed
+
+
+@pytest.mark.parametrize("given", ["127.0.0.1:36002", "ftp://a:1", "http://a:1,", "http://", "", [], ["http://a", 3],
+                                   "[http://a:1]"])
+def test_bad_env_url_is_named(given):
+    with pytest.raises(ValueError, match="env_url must be an http:// or https:// URL"):
+        make_config(preset="smoke", overrides={"env_url": given})

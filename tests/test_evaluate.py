@@ -240,6 +240,49 @@ def test_cli_on_a_run_directory(tmp_path, nano_dir, capsys):
     assert main(argv) == summary   # a finished evaluation is read back: nothing replayed, same numbers
 
 
+@pytest.mark.timeout(300)
+def test_cli_merges_the_adapters_of_a_lora_run(tmp_path, nano_dir):
+    """A real 2-step LoRA run of the smoke config, played on two BabyAI servers (env_url given as papermill-style
+    text) with an adaptive schedule told to grow after every step; then the CLI evaluates the run directory: its HF
+    folder holds the merged weights W + (alpha / r) B A the trainer's engine was sampling from."""
+    from transformers import AutoModelForCausalLM
+
+    from agentgym_nb.config import ADAPTIVE_METRICS, make_config
+    from agentgym_nb.envs.http import make_app
+    from agentgym_nb.train.common import merged_state_dict
+    from agentgym_nb.train.rl import Trainer
+    from conftest import loopback_server
+    with loopback_server(make_app("babyai")) as url_a, loopback_server(make_app("babyai")) as url_b:
+        cfg = make_config(preset="smoke", name="lora", overrides=[
+            f"out_dir={tmp_path}", "engine=hf", "lora_rank=4", "lr=5e-3", "threads=1", f"env_url={url_a},{url_b}",
+            "entropy_coef=0.1",   # a gradient from every episode (the smoke model rarely scores at H <= 2)
+            "schedule=adaptive", "adaptive_metric=success", "adaptive_threshold=0", "adaptive_patience=1",
+            "adaptive_min_steps=1"])
+        trainer = Trainer(cfg, log=lambda *a: None)
+        history = trainer.fit()
+        placed = [trainer.env_factory() for _ in range(2)]
+        assert sorted(env.url for env in placed) == sorted([url_a, url_b])   # new envs go to each server in turn
+        for env in placed:
+            env.close()
+        merged = merged_state_dict(trainer.accelerator.unwrap_model(trainer.model))
+        trainer.close()
+    # with the adaptive defaults (at least 10 steps per horizon) step 2 would still play H=1
+    assert [m["max_rounds"] for m in history] == [1, 2]
+    assert all(m["failed"] == 0 and m["episodes"] > 0 for m in history)   # played over HTTP
+    assert set(ADAPTIVE_METRICS) <= set(history[0])   # every metric the config accepts is logged
+    base = AutoModelForCausalLM.from_pretrained(nano_dir).state_dict()
+    assert set(merged) == set(base)
+    assert any(not torch.equal(merged[k], base[k]) for k in base)   # the adapters trained: merging them matters
+
+    summary = main(["--model", cfg.run_dir, "--items", "100000:100002", "--max-rounds", "1",
+                    "--out", str(tmp_path / "eval")])
+    checkpoint = os.path.join(cfg.run_dir, "ckpt", "step_00002")
+    assert summary["meta"]["checkpoint"] == os.path.abspath(checkpoint) and summary["episodes"] == 2
+    loaded = AutoModelForCausalLM.from_pretrained(os.path.join(checkpoint, "hf")).state_dict()
+    assert set(loaded) == set(merged)
+    assert max(float((loaded[k] - merged[k]).abs().max()) for k in merged) < 1e-6
+
+
 # Sub-task sizes printed in (or implied by) the paper: the overall is their weighted mean.
 SIZES = {"webarena": {"Shopping": 15, "CMS": 15, "Maps": 10, "GitLab & Reddit": 10},
          "babyai": {"GoTo": 55, "Pickup": 15, "ActionObjDoor": 5, "FindObjS7": 5, "OneRoomS20": 5, "SynthLoc": 5},

@@ -5,9 +5,13 @@ environment and padding tokens are 0. Environment tokens are *transparent*: "the
 token with ``loss_mask = 1``, so an observation between two assistant turns adds no reward, no TD error and no
 discount. Every estimator returns 0 on untrainable tokens. The masks are read as booleans (``loss_mask != 0``).
 
-``masked_mean`` and ``masked_whiten`` live here and are reused by ``losses.py``.
+``masked_mean`` and ``masked_whiten`` live here and are reused by ``losses.py``. With several processes, each holding
+a share of the batch, the trainer whitens with ``masked_whiten(x, m, moments=<masked_moments summed over processes>)``
+so that every share is whitened by the statistics of the whole batch.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -25,20 +29,32 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     return total / torch.where(count > 0, count, torch.ones_like(count))
 
 
-def masked_whiten(x: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
+def masked_moments(x: Tensor, mask: Tensor) -> Tensor:
+    """[sum(x), sum(x^2), n] over the n elements with mask != 0, in float64.
+
+    The mean and variance of the masked-in elements follow from these three numbers, and the numbers of several
+    batches add up: summed over processes, they are those of the union of the batches.
+    """
+    v = x[mask.bool()].double()
+    return torch.stack([v.sum(), (v * v).sum(), v.new_tensor(float(v.numel()))])
+
+
+def masked_whiten(x: Tensor, mask: Tensor, eps: float = 1e-8, moments: Tensor | None = None) -> Tensor:
     """(x - mu) / sqrt(var + eps) on mask != 0, 0 elsewhere.
 
-    mu = masked mean over all masked-in elements; var = sum(m * (x - mu)^2) / (n - 1), the unbiased variance over
-    the n masked-in elements. Raises ValueError when n < 2 (the variance is undefined).
+    From (s1, s2, n) = ``moments``, by default ``masked_moments(x, mask)``: mu = s1 / n and
+    var = (s2 - n mu^2) / (n - 1), the unbiased variance over the n masked-in elements. Pass the moments summed over
+    processes to whiten this process's share of a batch by the statistics of the whole batch.
+    Raises ValueError when n < 2 (the variance is undefined).
     """
     m = mask.bool()
-    n = int(m.sum())
+    s1, s2, n = (masked_moments(x, m) if moments is None else moments.double()).tolist()
     if n < 2:
-        raise ValueError(f"masked_whiten needs at least 2 trainable tokens in the batch, got {n}; "
+        raise ValueError(f"masked_whiten needs at least 2 trainable tokens in the batch, got {int(n)}; "
                          "pass whiten=False for such a batch")
-    mu = masked_mean(x, m)
-    var = torch.where(m, (x - mu) ** 2, torch.zeros_like(x)).sum() / (n - 1)
-    return torch.where(m, (x - mu) * torch.rsqrt(var + eps), torch.zeros_like(x))
+    mu = s1 / n
+    var = max(s2 - n * mu * mu, 0.0) / (n - 1)   # (rounding can take a zero variance just below 0)
+    return torch.where(m, (x.double() - mu) / math.sqrt(var + eps), 0.0).to(x.dtype)
 
 
 def token_rewards_from_scores(scores: Tensor, loss_mask: Tensor) -> Tensor:

@@ -7,6 +7,7 @@ ignore ``history``; the adaptive one replays it.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -71,6 +72,13 @@ class AdaptiveSchedule:
 
     def __post_init__(self):
         _check_rounds(self.rounds, ladder=True)
+        if not isinstance(self.metric, str) or not self.metric:
+            raise ValueError(f"metric must name a per-step metric of metrics.jsonl, e.g. 'success' or "
+                             f"'cut_by_horizon', got {self.metric!r}")
+        if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float)) \
+                or not math.isfinite(self.threshold):
+            raise ValueError(f"threshold must be a finite number (the level the metric must reach), "
+                             f"got {self.threshold!r}")
         if not _is_int(self.patience) or self.patience < 1:
             raise ValueError(f"patience must be an int >= 1, got {self.patience!r}")
         if not _is_int(self.min_steps) or self.min_steps < 0:
