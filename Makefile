@@ -4,6 +4,8 @@ PY := $(VENV)/bin/python
 ENV ?= babyai
 PRESET ?= cpu
 RUN ?= demo-$(ENV)
+# COMPARE=True also trains fixed-short, fixed-long and adaptive runs at the same budget (four times the time)
+COMPARE ?= False
 export PYTHONHASHSEED := 0
 
 .PHONY: demo test install model bench clean-outputs strip-notebooks
@@ -17,7 +19,7 @@ model: install
 demo: model
 	mkdir -p outputs/runs/$(RUN)
 	AGENTGYM_NB_PRESET=$(PRESET) $(VENV)/bin/papermill notebooks/05_scalinginter.ipynb \
-		outputs/runs/$(RUN)/05_scalinginter.ipynb -p env $(ENV) -p run_name $(RUN) --log-output --no-progress-bar
+		outputs/runs/$(RUN)/05_scalinginter.ipynb -p env $(ENV) -p run_name $(RUN) -p compare $(COMPARE) --log-output --no-progress-bar
 	@echo
 	@echo "Results: outputs/runs/$(RUN)/  (summary.json, metrics.jsonl, figures/, rollouts/, executed notebook)"
 	@cat outputs/runs/$(RUN)/summary.json

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,7 +46,8 @@ class RunConfig:
     model: str = "nano"                  # "nano", "smollm2-135m", an HF id or a local path
     preset: str = "cpu"
     engine: str = "auto"                 # "vllm", "hf" or "auto" (vllm when importable)
-    env_url: str | None = None           # talk to an AgentGym-protocol server instead of an in-process env
+    env_url: str | list[str] | None = None   # an AgentGym-protocol server instead of an in-process env; with a list
+                                         # ("http://a,http://b" as text), new envs go to each URL in turn
     seed: int = 0
     # data: item ids. None = the env's shipped list (agentgym_nb/data/items/<env>_<split>.json); or [start, stop)
     train_items: tuple[int, int] | None = None
@@ -66,6 +68,12 @@ class RunConfig:
     schedule: str = "stepwise"           # "fixed", "stepwise" (= scaling_inter_stepwise), "adaptive"
     rounds: list[int] = field(default_factory=lambda: [6, 13, 20])
     rounds_every: int = 100              # steps_scaling_inter
+    # adaptive: the next horizon once the mean of adaptive_metric over the last adaptive_patience steps is
+    # >= adaptive_threshold, after at least max(adaptive_min_steps, adaptive_patience) steps at the current one
+    adaptive_metric: str = "success"     # one of ADAPTIVE_METRICS; "cut_by_horizon": the horizon is the bottleneck
+    adaptive_threshold: float = 0.5
+    adaptive_patience: int = 5
+    adaptive_min_steps: int = 10
     # learning
     algorithm: str = "grpo"
     steps: int = 300
@@ -87,6 +95,7 @@ class RunConfig:
     micro_batch_tokens: int = 8192       # gradient accumulation unit (tokens, padded)
     lora_rank: int = 0                   # 0 = full fine-tuning
     bf16: bool = False                   # bf16 autocast for the trainer's forward/backward
+    gradient_checkpointing: bool = False  # recompute each block's activations in the backward pass (less memory)
     save_every: int = 10
     # evaluation
     eval_items: int = 200                # held-out items evaluated before and after training
@@ -95,6 +104,11 @@ class RunConfig:
     eval_temperature: float = 1.0
     # machine
     threads: int = 0                     # torch threads; 0 = all cores
+    rollout_tp: int = 1                  # devices each vLLM engine is split over (tensor parallel); one engine per
+                                         # trainer process, so > 1 only with one process (see train/rl.py)
+    kv_cache_gib: float = 1.0            # vLLM's KV cache per engine
+    launch_config: str | None = None     # the `accelerate launch --config_file` the run is planned for: a name in
+                                         # configs/accelerate ("fsdp_8gpu") or a path; the dry run checks it
     out_dir: str = field(default_factory=default_outputs_dir)
 
     @property
@@ -126,6 +140,8 @@ DOTTED_KEYS = {
     "actor_rollout_ref.rollout.temperature": "temperature",
     "actor_rollout_ref.rollout.top_p": "top_p",
     "actor_rollout_ref.rollout.name": "engine",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": "rollout_tp",
+    "actor_rollout_ref.model.enable_gradient_checkpointing": "gradient_checkpointing",
     "actor_rollout_ref.actor.optim.lr": "lr",
     "actor_rollout_ref.actor.kl_loss_coef": "kl_coef",
     "actor_rollout_ref.actor.kl_loss_type": "kl_type",
@@ -143,6 +159,8 @@ DOTTED_KEYS = {
     "agentgym.env_addr": "env_url",
     "agentgym.max_rounds": "eval_rounds",
 }
+# Per-step training metrics (metrics.jsonl) the adaptive schedule can watch: means over the step's episodes.
+ADAPTIVE_METRICS = ("success", "reward", "done", "turns", "cut_by_horizon", "cut_by_tokens")
 ROUNDS_CTRL_TYPES = {"fixed": "fixed", "scaling_inter_stepwise": "stepwise", "stepwise": "stepwise", "adaptive": "adaptive"}
 
 
@@ -157,10 +175,24 @@ CPU_EPISODES = {
     "webarena": dict(rounds=[4, 8, 12], eval_rounds=12, max_tokens=64, max_total_tokens=8192, max_envs=6),
 }
 
+# Episode shape of the smoke preset per env (horizon 1 then 2). The prompt and two turns must fit the trajectory
+# budget, or a smoke run trains on nothing: prompts with a smoke nano's tokenizer are BabyAI ~250 tokens, SearchQA
+# ~200, TextCraft <= ~700, MiniWoB ~900, SciWorld ~1,100 (its instruction alone ~900), WebArena ~1,850 (instruction
+# and an accessibility tree, and ~650 more per turn). SciWorld: two JVMs (starting each costs seconds of CPU).
+SMOKE_EPISODES = {
+    "babyai": dict(max_total_tokens=768),
+    "textcraft": dict(max_total_tokens=1024),
+    "searchqa": dict(max_total_tokens=1024),
+    "sciworld": dict(max_total_tokens=1536, max_envs=2),
+    "miniwob": dict(max_total_tokens=1536),
+    "webarena": dict(max_total_tokens=3584),
+}
+
 
 # The paper preset: AgentGym-RL's ScalingInter-RL training scripts (examples/train/ScalingInter-RL/<env>_train.sh,
 # reference/agentgym_rl.md section 7), all on Qwen2.5-7B-Instruct with GRPO, lr 1e-6 constant, KL loss low_var_kl
-# 0.001, clip 0.2, entropy 0.001, grad clip 1.0, temperature 1, save every 25 steps, 8 GPUs.
+# 0.001, clip 0.2, entropy 0.001, grad clip 1.0, temperature 1, save every 25 steps, 8 GPUs (our FSDP config),
+# vLLM tensor parallel 1 (rollout.tensor_model_parallel_size), gradient checkpointing on (the yaml default).
 # batch = prompts per step (data.train_batch_size), n = episodes per prompt, mini_batch = prompts per optimizer
 # step, prompt/response = data.max_prompt_length/max_response_length, tokens_per_turn = rollout.max_tokens.
 # ppo_epochs is 1: the scripts set 2 for some envs, but the released trainer ignores it (section 4).
@@ -195,14 +227,20 @@ def preset_values(env: str, preset: str) -> dict[str, Any]:
                     schedule="stepwise", rounds=script["rounds"], rounds_every=script["every"],
                     steps=script["steps"], eval_rounds=script["eval_rounds"], lr=1e-6, kl_coef=0.001,
                     kl_type="low_var_kl", entropy_coef=0.001, clip_ratio=0.2, grad_clip=1.0, temperature=1.0,
-                    ppo_epochs=1, bf16=True, save_every=25, eval_items=100, micro_batch_tokens=16384)
+                    ppo_epochs=1, bf16=True, save_every=25, eval_items=100, micro_batch_tokens=16384,
+                    gradient_checkpointing=True, rollout_tp=1, launch_config="fsdp_8gpu",
+                    kv_cache_gib=20)   # every episode of a process at full length: TextCraft 32 x 10,752 x 56 KiB
     small = {"levels": BABYAI_CPU_LEVELS} if env == "babyai" else {}
     if preset == "cpu":
+        # lr 5e-4 with twice the prompts played and only groups with a reward spread trained (DAPO's dynamic
+        # sampling): measured on the BabyAI nano, 2e-4 barely moved the policy in 24 steps and 1e-3 with 2 epochs
+        # blew up the KL once the horizon reached 6.
         return dict(**small, **CPU_EPISODES[env], model="nano", prompts_per_step=8, samples_per_prompt=8,
-                    schedule="stepwise", rounds_every=12, steps=40, lr=2e-4, kl_coef=0.001, mini_batches=2,
+                    oversample=2, filter_groups=True,
+                    schedule="stepwise", rounds_every=12, steps=40, lr=5e-4, kl_coef=0.001, mini_batches=2,
                     save_every=5, eval_items=100, bf16=True)
-    return dict(**small, model="nano", prompts_per_step=2, samples_per_prompt=2, max_tokens=24, max_total_tokens=768,
-                schedule="stepwise", rounds=[1, 2], rounds_every=1, steps=2, lr=1e-5, save_every=1,
+    return dict(**small, **SMOKE_EPISODES[env], model="nano", prompts_per_step=2, samples_per_prompt=2,
+                max_tokens=24, schedule="stepwise", rounds=[1, 2], rounds_every=1, steps=2, lr=1e-5, save_every=1,
                 eval_items=4, eval_rounds=2, micro_batch_tokens=2048)
 
 
@@ -230,8 +268,8 @@ def parse_overrides(overrides: list[str] | dict | None) -> dict[str, Any]:
         return {}
     if isinstance(overrides, dict):
         return dict(overrides)
-    if isinstance(overrides, str):
-        overrides = [overrides]
+    if isinstance(overrides, str):   # papermill -p overrides '["a=1","b=2"]' passes the list as text
+        overrides = _parse_value(overrides) if overrides.lstrip().startswith("[") else [overrides]
     out = {}
     for item in overrides:
         if "=" not in item:
@@ -270,7 +308,29 @@ def _apply(cfg: RunConfig, values: dict[str, Any]) -> None:
             value = [value]
         if name in ("train_items", "test_items") and value is not None:
             value = tuple(value)
+        if name == "env_url" and isinstance(value, str):
+            value = _parse_urls(value)
+        if name == "env_url" and isinstance(value, tuple):
+            value = list(value)
         setattr(cfg, name, value)
+
+
+def _parse_urls(text: str) -> str | list[str]:
+    """env_url as text (papermill -p, key=value): "http://a" stays one URL; "http://a,http://b" and
+    '["http://a", "http://b"]' become a list."""
+    text = text.strip()
+    if text.startswith("["):
+        return _parse_value(text)
+    urls = [u.strip() for u in text.split(",")]
+    return urls if len(urls) > 1 else urls[0]
+
+
+def round_schedule(cfg: RunConfig):
+    """The run's horizon schedule (agentgym_nb.algos.schedule), with the adaptive_* options when adaptive."""
+    from .algos.schedule import make_schedule
+    options = dict(metric=cfg.adaptive_metric, threshold=cfg.adaptive_threshold, patience=cfg.adaptive_patience,
+                   min_steps=cfg.adaptive_min_steps) if cfg.schedule == "adaptive" else {}
+    return make_schedule(cfg.schedule, cfg.rounds, every=cfg.rounds_every, **options)
 
 
 def item_pool(cfg: RunConfig, split: str) -> list[int]:
@@ -297,11 +357,27 @@ def validate(cfg: RunConfig) -> None:
         raise ValueError(f"rounds must be a non-empty list of positive integers, got {cfg.rounds!r}")
     if cfg.schedule == "fixed" and len(cfg.rounds) != 1:
         raise ValueError(f"a fixed schedule has one horizon: rounds=[H] (or rounds=H), got {cfg.rounds!r}")
-    for name in ("prompts_per_step", "samples_per_prompt", "oversample", "max_envs", "max_tokens", "steps", "rounds_every", "eval_items",
-                 "eval_samples", "eval_rounds", "ppo_epochs", "mini_batches", "save_every"):
+    for name in ("prompts_per_step", "samples_per_prompt", "oversample", "max_envs", "max_tokens", "steps", "rounds_every",
+                 "eval_items", "eval_samples", "eval_rounds", "ppo_epochs", "mini_batches", "save_every",
+                 "adaptive_patience"):
         value = getattr(cfg, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    _check_choice("adaptive_metric", cfg.adaptive_metric, ADAPTIVE_METRICS)
+    threshold = cfg.adaptive_threshold
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
+        raise ValueError(f"adaptive_threshold must be a number (the level adaptive_metric must reach), "
+                         f"got {threshold!r}")
+    min_steps = cfg.adaptive_min_steps
+    if not isinstance(min_steps, int) or isinstance(min_steps, bool) or min_steps < 0:
+        raise ValueError(f"adaptive_min_steps must be an integer >= 0, got {min_steps!r}")
+    round_schedule(cfg)   # the schedule's own checks, e.g. a horizon ladder that shrinks
+    if cfg.env_url is not None:
+        urls = [cfg.env_url] if isinstance(cfg.env_url, str) else cfg.env_url
+        if not isinstance(urls, list) or not urls or not all(
+                isinstance(u, str) and u.startswith(("http://", "https://")) and u.split("://", 1)[1] for u in urls):
+            raise ValueError(f"env_url must be an http:// or https:// URL, a list of them, or their comma-separated "
+                             f"text (e.g. 'http://127.0.0.1:36002,http://127.0.0.1:36003'), got {cfg.env_url!r}")
     for name in ("train_items", "test_items"):
         if getattr(cfg, name) is None:
             continue
@@ -318,6 +394,13 @@ def validate(cfg: RunConfig) -> None:
                          f"{min(shared)}): held-out items must not be trained on")
     if cfg.mini_batches > cfg.prompts_per_step:
         raise ValueError(f"mini_batches ({cfg.mini_batches}) cannot exceed prompts_per_step ({cfg.prompts_per_step})")
+    if not isinstance(cfg.rollout_tp, int) or isinstance(cfg.rollout_tp, bool) or cfg.rollout_tp < 1:
+        raise ValueError(f"rollout_tp (devices per vLLM engine) must be a positive integer, got {cfg.rollout_tp!r}")
+    if isinstance(cfg.kv_cache_gib, bool) or not isinstance(cfg.kv_cache_gib, (int, float)) or cfg.kv_cache_gib <= 0:
+        raise ValueError(f"kv_cache_gib (vLLM's KV cache, GiB) must be a positive number, got {cfg.kv_cache_gib!r}")
+    if cfg.rollout_tp > 1 and cfg.engine == "hf":
+        raise ValueError(f"rollout_tp={cfg.rollout_tp} splits a vLLM engine over devices; the hf engine cannot "
+                         "(use engine='vllm', or rollout_tp=1)")
 
 
 def _check_choice(what: str, value: Any, valid: tuple[str, ...]) -> None:

@@ -48,11 +48,19 @@ class NanoSpec:
     max_total_tokens: int = 1536
     max_envs: int = 64                # validation episodes in flight (SciWorld: JVMs)
     levels: list[int] | None = None
+    hesitation: float = 0.0           # BabyAI: the demonstrator wastes a turn with this probability (expert_replies)
     seed: int = 0
 
 
 SMOKE_SPEC = NanoSpec(hidden=64, layers=2, heads=2, kv_heads=1, ffn=128, vocab=768, demos=80, bc_max_steps=30,
                       bc_batch_tokens=4096, check_every=30, val_items=4, target_success=1.1, max_rounds=2)
+# Smoke builds of envs with slow experts or long episodes, in about a minute: few demonstrations (an expert episode
+# takes ~2-4 s in a browser or a JVM on a loaded 2-core machine), kept whole (SciWorld's run 20-50 turns, ~2.5k
+# smoke tokens, WebArena's ~2.4k-5k; longer than max_total_tokens: dropped), few cloning steps (one such row costs
+# seconds of attention).
+SMOKE_ENV_SPEC = {"sciworld": dict(demos=6, max_total_tokens=3072, bc_max_steps=8, check_every=8, max_envs=2),
+                  "miniwob": dict(demos=16),
+                  "webarena": dict(demos=8, max_total_tokens=4032, bc_max_steps=8, check_every=8)}
 
 
 def resolve_config(cfg, log=print) -> str:
@@ -61,19 +69,40 @@ def resolve_config(cfg, log=print) -> str:
     return resolve(cfg.model, preset=cfg.preset, env=cfg.env, levels=cfg.levels, log=log)
 
 
+# The cpu BabyAI nano clones a hesitating demonstrator (see `expert_replies`): it learns to ground the goal and act,
+# but wastes ~40% of its turns, so it starts at ~20-30% success at the 6-turn horizon, and what RL has to learn
+# (stop wasting turns when the horizon is short) shows within minutes. Cloning runs a fixed number of steps: the
+# 32-item validation success is too noisy (+-15 points) to stop on.
+CPU_ENV_SPEC = {"babyai": dict(hesitation=0.4, bc_max_steps=450, bc_batch_tokens=8192, check_every=150,
+                               target_success=1.1)}
+
+
+def nano_spec(env: str = "babyai", preset: str = "cpu", levels: list[int] | None = None) -> NanoSpec:
+    """The build recipe of the nano model of `env` at `preset` (smoke: tiny; cpu and paper: the CPU default)."""
+    from .config import CPU_EPISODES
+    if preset == "smoke":
+        base, per_env = SMOKE_SPEC, SMOKE_ENV_SPEC.get(env, {})
+    else:
+        shape = CPU_EPISODES[env]
+        base = NanoSpec(max_rounds=shape["eval_rounds"], max_total_tokens=shape["max_total_tokens"],
+                        max_envs=shape.get("max_envs", 64))
+        per_env = CPU_ENV_SPEC.get(env, {})
+    return NanoSpec(**{**asdict(base), **per_env, "env": env, "levels": levels})
+
+
+def nano_path(spec: NanoSpec, preset: str = "cpu") -> str:
+    """Where the build of `spec` lives: the name carries a hash of the whole recipe, so changing any part of it
+    (levels, demonstrator, cloning steps) builds a new model instead of silently reusing an old one."""
+    digest = hashlib.sha1(json.dumps(asdict(spec), sort_keys=True).encode()).hexdigest()[:6]
+    return os.path.join(MODELS_DIR, f"nano-{spec.env}-{'smoke' if preset == 'smoke' else 'cpu'}-{digest}")
+
+
 def resolve(name: str, *, preset: str = "cpu", env: str = "babyai", levels: list[int] | None = None,
             log=print) -> str:
     """Model name -> local directory holding config, weights and tokenizer. Builds nano on first use."""
     if name == "nano":
-        from .config import CPU_EPISODES
-        shape = CPU_EPISODES[env]
-        spec = SMOKE_SPEC if preset == "smoke" else NanoSpec(max_rounds=shape["eval_rounds"],
-                                                             max_total_tokens=shape["max_total_tokens"],
-                                                             max_envs=shape.get("max_envs", 64))
-        spec = NanoSpec(**{**asdict(spec), "env": env, "levels": levels})
-        tag = "smoke" if preset == "smoke" else "cpu"
-        lv = "" if levels is None else "-levels" + hashlib.sha1(str(sorted(levels)).encode()).hexdigest()[:6]
-        path = os.path.join(MODELS_DIR, f"nano-{env}-{tag}{lv}")
+        spec = nano_spec(env, preset, levels)
+        path = nano_path(spec, preset)
         if not os.path.exists(os.path.join(path, "build.json")):
             build_nano(path, spec, log=log)
         return path
@@ -120,8 +149,11 @@ def load_tokenizer(model_dir: str):
 
 # ---------------------------------------------------------------------------------------------------- nano build
 
-def expert_conversations(env_name: str, item_ids: list[int]) -> list[tuple[int, list[dict], float]]:
-    """Play the env's expert on each item: (item_id, chat messages, reward). Unsolved items are dropped."""
+def expert_conversations(env_name: str, item_ids: list[int],
+                         hesitation: float = 0.0) -> list[tuple[int, list[dict], float]]:
+    """Play the env's expert on each item: (item_id, chat messages, reward). Unsolved items, and items the
+    expert does not cover, are dropped.
+    `hesitation` (BabyAI only): the probability that the demonstrator wastes a turn."""
     from . import envs
     env = envs.make(env_name)
     out = []
@@ -129,7 +161,11 @@ def expert_conversations(env_name: str, item_ids: list[int]) -> list[tuple[int, 
         for item in item_ids:
             messages = [*env.instruction, {"role": "user", "content": env.reset(item)}]
             step = None
-            for reply in env.expert(item):
+            try:
+                replies = env.expert(item, hesitation=hesitation) if hesitation else env.expert(item)
+            except ValueError:   # an item the expert does not cover (MiniWoB: tasks without a solver): unsolved
+                continue
+            for reply in replies:
                 step = env.step(reply)
                 messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": step.observation}]
                 if step.done:
@@ -202,19 +238,27 @@ def build_nano(path: str, spec: NanoSpec, log=print) -> str:
     random.seed(spec.seed)
     os.makedirs(path, exist_ok=True)
     items, val_items = nano_items(spec)
-    convs = expert_conversations(spec.env, items)
+    if spec.hesitation and spec.env != "babyai":
+        raise ValueError(f"hesitation is a BabyAI demonstrator option; {spec.env!r} has none (use 0)")
+    convs = expert_conversations(spec.env, items, spec.hesitation)
     log(f"nano: {len(convs)} expert episodes from {len(items)} items ({time.time() - t0:.0f}s)")
     texts = [m["content"] for _, msgs, _ in convs for m in msgs]   # with repeats: merges follow frequency
     tokenizer = train_tokenizer(texts, spec.vocab, path, CONTENT_WORDS.get(spec.env, ()))
     chat = ChatFormat(tokenizer)
+    # max_position_embeddings only bounds vLLM's max_model_len (RoPE has no length limit): room for any budget
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=spec.hidden, num_hidden_layers=spec.layers,
                          num_attention_heads=spec.heads, num_key_value_heads=spec.kv_heads,
-                         intermediate_size=spec.ffn, max_position_embeddings=4096, tie_word_embeddings=True,
+                         intermediate_size=spec.ffn, max_position_embeddings=32768, tie_word_embeddings=True,
                          bos_token_id=None, eos_token_id=chat.end_of_turn_id, pad_token_id=tokenizer.pad_token_id,
                          torch_dtype="float32")
     model = Qwen2ForCausalLM(config)
     log(f"nano: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, vocab {len(tokenizer)}")
-    demos = [t for t in demo_trajectories(chat, convs) if len(t.input_ids) <= spec.max_total_tokens]
+    played = demo_trajectories(chat, convs)
+    demos = [t for t in played if len(t.input_ids) <= spec.max_total_tokens]
+    if not demos:
+        raise ValueError(f"nano {spec.env}: none of the {len(played)} expert episodes fits max_total_tokens="
+                         f"{spec.max_total_tokens} (shortest: {min((len(t.input_ids) for t in played), default=0)} "
+                         "tokens); raise the spec's max_total_tokens")
     model.save_pretrained(path)   # the validation engine starts from this folder and gets weights synced in
     engine = make_engine("auto", path, max_model_len=spec.max_total_tokens + 64, tokenizer=tokenizer, kv_cache_gib=0.5)
     try:

@@ -159,7 +159,7 @@ class SlowEnv:
 
 def built_nano(env: str) -> bool:
     cfg = make_config(preset="cpu", env=env)
-    path = models.resolve_config(cfg) if env == "babyai" else os.path.join(models.MODELS_DIR, f"nano-{env}-cpu")
+    path = models.nano_path(models.nano_spec(env, "cpu", cfg.levels))
     return os.path.exists(os.path.join(path, "build.json"))
 
 

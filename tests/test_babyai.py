@@ -208,3 +208,27 @@ def test_expert_solves_every_level_but_keyinbox():
         solved = bool(steps) and steps[-1].done and env.success(steps[-1].reward)
         assert solved == (LEVELS[item % 40] != "BabyAI-KeyInBox-v0"), (item, LEVELS[item % 40], len(replies))
         assert len(replies) <= 64 and not any(s.done for s in steps[:-1])
+
+
+def test_hesitating_demonstrator_wastes_turns_yet_solves():
+    """hesitation=0.4: about 40% of the demonstrator's turns are wasted (its thought says so), the bot replans from
+    wherever a wasted turn left it, the item is still solved, and the same item gives the same replies."""
+    env = make("babyai")
+    wasted = total = out_of_turns = 0
+    for item in range(40, 80):
+        if LEVELS[item % 40] == "BabyAI-KeyInBox-v0":
+            continue
+        replies = expert_replies(item, hesitation=0.4)
+        assert replies == expert_replies(item, hesitation=0.4)
+        env.reset(item)
+        steps = [env.step(r) for r in replies]
+        if len(replies) == 64:   # a long level (GoToImpUnlock) can spend the 64 turns: the build drops such demos
+            out_of_turns += 1
+            continue
+        assert steps[-1].done and env.success(steps[-1].reward), (item, LEVELS[item % 40])
+        wasted += sum(("I need to look around." in r or "I need to check what I can do." in r) for r in replies)
+        total += len(replies)
+        assert not any("look around" in r for r in expert_replies(item))
+    assert 0.3 < wasted / total < 0.5 and out_of_turns <= 2, (wasted, total, out_of_turns)
+    with pytest.raises(ValueError, match=r"hesitation is a probability in \[0, 1\), got 1.5"):
+        expert_replies(40, hesitation=1.5)

@@ -60,3 +60,12 @@ def test_smollm2_loads_offline_from_its_wheel_and_acts():
                        params=SamplingParams(temperature=0, max_tokens=16), max_total_tokens=4096)
     assert t.failed is None and t.num_rounds == 1 and t.num_policy_tokens > 0
     assert t.messages[-2]["role"] == "assistant" and t.messages[-2]["content"].strip()
+
+
+def test_a_changed_recipe_is_a_different_build():
+    """The folder name hashes the whole recipe: a cpu nano cloned from another demonstrator is never the old one."""
+    spec = models.nano_spec("babyai", "cpu", levels=[0, 1])
+    assert spec.hesitation == 0.4 and models.nano_path(spec) == models.nano_path(models.nano_spec("babyai", "cpu", [0, 1]))
+    other = models.NanoSpec(**{**spec.__dict__, "hesitation": 0.0})
+    assert models.nano_path(other) != models.nano_path(spec)
+    assert models.nano_path(models.nano_spec("babyai", "smoke", [0, 1]), "smoke").split(os.sep)[-1].startswith("nano-babyai-smoke-")

@@ -12,6 +12,7 @@ import contextlib
 import copy
 import io
 import json
+import random
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -356,9 +357,9 @@ class BabyAI(Env):
         self.last = self._view.description + (COMPLETED if terminated else "")
         return float(reward), bool(terminated)
 
-    def expert(self, item_id: int, max_turns: int = 64) -> list[str]:
+    def expert(self, item_id: int, max_turns: int = 64, hesitation: float = 0.0) -> list[str]:
         """minigrid's BabyAIBot, spoken in AgentGym's action vocabulary; see `expert_replies`."""
-        return expert_replies(item_id, max_turns)
+        return expert_replies(item_id, max_turns, hesitation)
 
     @staticmethod
     def is_valid_action(observation: str, action: str) -> bool:
@@ -672,7 +673,12 @@ def _choose(env: BabyAI, bot, suggestion: int, mission_doors: set[int], failed: 
     return (_purpose(bot), name) if name in view.actions else None
 
 
-def expert_replies(item_id: int, max_turns: int = 64) -> list[str]:
+# What a hesitating demonstrator does with a wasted turn: look at its options, or turn on the spot.
+HESITATIONS = (("check what I can do", "check available actions"), ("look around", "turn left"),
+               ("look around", "turn right"))
+
+
+def expert_replies(item_id: int, max_turns: int = 64, hesitation: float = 0.0) -> list[str]:
     """Replies that solve `item_id`: minigrid's BabyAIBot plans, and each turn its intent is said in one action.
 
     When the bot heads for a listed object, the matching "go to X n" / "pickup X n" / "toggle and go through D n" is
@@ -681,18 +687,26 @@ def expert_replies(item_id: int, max_turns: int = 64) -> list[str]:
     knows the room it stands in tries first; if it fails, one that knows only what it has seen. If neither solves
     the item (the bot cannot open boxes, e.g. KeyInBox, and neither can AgentGym's actions; or `max_turns` pass) the
     shorter attempt is returned: replay it and check success().
+
+    `hesitation` > 0 makes a suboptimal demonstrator: before each turn, with that probability (seeded by the item),
+    it wastes the turn on one of HESITATIONS and the bot replans from wherever that left it. Cloning it gives a
+    policy that knows what to do but dawdles, which a short horizon punishes and RL can fix.
     """
+    if not 0.0 <= hesitation < 1.0:
+        raise ValueError(f"hesitation is a probability in [0, 1), got {hesitation}")
     attempts = []
     for knows_room in (True, False):
-        replies, solved = _expert_attempt(item_id, max_turns, knows_room)
+        replies, solved = _expert_attempt(item_id, max_turns, knows_room, hesitation)
         if solved:
             return replies
         attempts.append(replies)
     return min(attempts, key=len)
 
 
-def _expert_attempt(item_id: int, max_turns: int, knows_room: bool) -> tuple[list[str], bool]:
+def _expert_attempt(item_id: int, max_turns: int, knows_room: bool,
+                    hesitation: float = 0.0) -> tuple[list[str], bool]:
     """One run of the bot on a private env: (replies, solved)."""
+    rng = random.Random(item_id)
     env = BabyAI()
     env.reset(item_id)
     bot = make_bot(env.world, knows_room)
@@ -718,6 +732,8 @@ def _expert_attempt(item_id: int, max_turns: int, knows_room: bool) -> tuple[lis
             choice = _choose(env, bot, suggestion[0], bot.reserved_doors, failed)
             if choice is None:
                 break
+            if hesitation and rng.random() < hesitation:
+                choice = rng.choice(HESITATIONS)
             thought, action = choice
             here, planned = (_cell(env.world.agent_pos), env.world.agent_dir), env._view.actions[action]
             replies.append(reply(thought, action))
