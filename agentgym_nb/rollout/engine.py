@@ -64,15 +64,20 @@ class Engine(ABC):
 
 
 def make_engine(kind: str, model_dir: str, *, max_model_len: int = 4096, seed: int = 0, tokenizer=None,
-                kv_cache_gib: float = 1.0) -> Engine:
+                kv_cache_gib: float = 1.0, tensor_parallel_size: int = 1) -> Engine:
     """`kind` is "vllm", "hf", or "auto" (vllm when it is installed, else hf). `max_model_len` and `kv_cache_gib`
-    size vLLM's cache; the HF engine needs neither."""
+    size vLLM's cache and `tensor_parallel_size` splits its model over that many devices; the HF engine needs none
+    of them (and cannot split: it refuses tensor_parallel_size > 1)."""
     if kind not in ENGINE_KINDS:
         raise ValueError(f"unknown engine kind {kind!r}; valid kinds: {', '.join(ENGINE_KINDS)}")
     if kind == "auto":
         kind = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
     if kind == "vllm":
-        return VLLMEngine(model_dir, max_model_len=max_model_len, seed=seed, kv_cache_gib=kv_cache_gib)
+        return VLLMEngine(model_dir, max_model_len=max_model_len, seed=seed, kv_cache_gib=kv_cache_gib,
+                          tensor_parallel_size=tensor_parallel_size)
+    if tensor_parallel_size != 1:
+        raise ValueError(f"tensor_parallel_size={tensor_parallel_size} needs the vllm engine; the hf engine runs "
+                         "the whole model in this process (use tensor_parallel_size=1 or engine='vllm')")
     return HFEngine(model_dir, tokenizer=tokenizer, seed=seed)
 
 
@@ -199,6 +204,16 @@ class HFEngine(Engine):
         self.model = None
 
 
+def cpu_split(parts: int) -> str:
+    """This process's allowed cores in `parts` contiguous runs, in VLLM_CPU_OMP_THREADS_BIND's syntax ("0|1")."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < parts:
+        raise ValueError(f"tensor_parallel_size={parts} on CPU needs a core per worker; this process may use "
+                         f"{len(cores)} core(s) ({cores})")
+    size = len(cores) // parts
+    return "|".join(",".join(map(str, cores[i * size:(i + 1) * size])) for i in range(parts))
+
+
 @contextlib.contextmanager
 def _modules_vllm_can_scan():
     """vLLM's CPU worker rebinds its Triton kernels by scanning the attributes of every loaded module and calling
@@ -232,9 +247,17 @@ class VLLMEngine(Engine):
 
     def __init__(self, model_dir: str, *, max_model_len: int = 4096, max_num_seqs: int = 64, dtype="float32",
                  kv_cache_gib: float = 1.0, seed: int = 0, enable_prefix_caching: bool = True,
-                 max_num_batched_tokens: int = 16384):
+                 max_num_batched_tokens: int = 16384, tensor_parallel_size: int = 1):
+        """tensor_parallel_size > 1 splits every layer over that many devices, one vLLM worker process each (the
+        engine core stays in this process, so a weight sync is still one call that reaches every worker)."""
+        if not isinstance(tensor_parallel_size, int) or tensor_parallel_size < 1:
+            raise ValueError(f"tensor_parallel_size must be a positive integer, got {tensor_parallel_size!r}")
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # same process as the trainer: reload is a direct call
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # its INFO lines would drown a notebook's output
+        if tensor_parallel_size > 1 and not torch.cuda.is_available():
+            # vllm-cpu binds each worker to the cores of its own NUMA node and refuses more workers than nodes
+            # ("Not enough allowed NUMA nodes"); on a one-node machine the cores are split between workers here.
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_split(tensor_parallel_size))
         from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
         from vllm import LLM
 
@@ -259,7 +282,8 @@ class VLLMEngine(Engine):
                                # vllm-cpu rewinds a seeded request's generator when its prefill is split over
                                # steps, which CPU generators cannot do ("CPU Generator does not use offset").
                                enable_chunked_prefill=False,
-                               max_num_batched_tokens=max(max_model_len, max_num_batched_tokens))
+                               max_num_batched_tokens=max(max_model_len, max_num_batched_tokens),
+                               tensor_parallel_size=tensor_parallel_size)
         finally:
             torch.set_num_threads = set_num_threads
             torch.set_num_threads(threads)

@@ -58,13 +58,14 @@ def set_threads(n: int = 0) -> int:
     return n
 
 
-def add_lora(model, r: int = 8, alpha: int = 16, target_modules="all-linear", dropout: float = 0.0):
+def add_lora(model, r: int = 8, alpha: int | None = None, target_modules="all-linear", dropout: float = 0.0):
     """Wrap `model` (in place) with LoRA adapters through peft: W x + (alpha / r) * B A x on every targeted linear
     layer, A random and B zero, so the wrapped model starts out computing exactly what `model` did. Only A and B
-    train. "all-linear" targets every linear layer except the output head."""
+    train. "all-linear" targets every linear layer except the output head. alpha defaults to 2 r (the RL trainer's
+    LoRA, which the evaluation CLI rebuilds from a checkpoint's adapter shapes)."""
     from peft import LoraConfig, get_peft_model
-    config = LoraConfig(r=r, lora_alpha=alpha, target_modules=target_modules, lora_dropout=dropout,
-                        task_type="CAUSAL_LM")
+    config = LoraConfig(r=r, lora_alpha=2 * r if alpha is None else alpha, target_modules=target_modules,
+                        lora_dropout=dropout, task_type="CAUSAL_LM")
     return get_peft_model(model, config)
 
 
@@ -87,4 +88,50 @@ def merged_state_dict(model) -> dict[str, torch.Tensor]:
             for adapter in module.active_adapters:
                 if adapter in module.lora_A:
                     out[f"{name}.weight"] = out[f"{name}.weight"] + module.get_delta_weight(adapter)
+    return out
+
+
+def shard(model, *, reshard_after_forward: bool = True, offload_policy=None):
+    """FSDP2 (`fully_shard`), in place: each transformer block (the classes HF lists in `_no_split_modules`) is one
+    unit whose parameters are gathered just before it runs and freed after; the rest (embeddings, final norm, head)
+    is the root unit. Every process holds 1/world of each parameter, of its gradient and of the optimizer state.
+
+    Every process starts from process 0's weights, broadcast into the shards: under accelerate's
+    fsdp_cpu_ram_efficient_loading (its launcher's default) transformers reads the checkpoint on process 0 only and
+    gives the others zeros. Gradients are SUMMED over processes in the backward's reduce-scatter (FSDP's default is
+    their mean): the trainer's losses are already parts of one global sum, each divided by the token count of all
+    processes."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    from torch.distributed.fsdp import FSDPModule, OffloadPolicy, fully_shard
+    first = torch.distributed.get_rank() == 0
+    weights = model.state_dict() if first else {}   # holds on to process 0's tensors while the shards are made
+    blocks = {name for m in model.modules() for name in (getattr(m, "_no_split_modules", None) or ())}
+    kwargs = dict(reshard_after_forward=reshard_after_forward, offload_policy=offload_policy or OffloadPolicy())
+    for module in list(model.modules()):
+        if type(module).__name__ in blocks:
+            fully_shard(module, **kwargs)
+    fully_shard(model, **kwargs)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)   # a plain sum: gloo has no pre-multiplied sum
+    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    return model
+
+
+@torch.no_grad()
+def full_state_dict(model) -> dict[str, torch.Tensor]:
+    """model.state_dict() with every sharded tensor whole, on the CPU, on every process: FSDP2's DTensors through
+    full_tensor(), DeepSpeed ZeRO-3's partitions through GatheredParameters. One tensor is gathered at a time, so a
+    device never holds a second whole copy of the model. Each gather is a collective: every process must call this."""
+    from torch.distributed.tensor import DTensor
+    out = {}
+    for name, t in model.state_dict(keep_vars=True).items():
+        if isinstance(t, DTensor):
+            t = t.full_tensor()
+        elif hasattr(t, "ds_id"):   # a ZeRO-3 parameter: its data is this process's partition
+            import deepspeed
+            with deepspeed.zero.GatheredParameters([t]):
+                t = t.data.clone()
+        out[name] = t.detach().cpu()
     return out

@@ -29,12 +29,12 @@ import torch
 from .. import envs, models
 from ..algos import advantages as adv_fns
 from ..algos.losses import aggregate, explained_variance, kl_penalty, policy_loss, value_loss
-from ..algos.schedule import make_schedule
-from ..config import RunConfig, item_pool
+from ..config import RunConfig, item_pool, round_schedule
 from ..rollout.engine import SamplingParams, make_engine
 from ..rollout.runner import RolloutStats, run_episodes, write_rollout_log
 from ..rollout.trajectory import ChatFormat, collate
-from .common import add_lora, merged_state_dict, micro_batches, set_threads, token_logprobs, trim
+from .common import (add_lora, full_state_dict, merged_state_dict, micro_batches, set_threads, shard,
+                     token_logprobs, trim)
 
 
 class Critic(torch.nn.Module):
@@ -57,6 +57,10 @@ class Critic(torch.nn.Module):
         return torch.nn.functional.pad(values[:, :-1], (1, 0))
 
 
+SUMMED_METRICS = ("pg_loss", "kl", "entropy", "clip_frac", "value_loss", "value_clip_frac", "episodes", "failed",
+                  "groups_trained")
+
+
 class Trainer:
     def __init__(self, cfg: RunConfig, *, log=print):
         from accelerate import Accelerator
@@ -66,27 +70,26 @@ class Trainer:
         self.model_dir = models.resolve_config(cfg, log=log)
         self.tokenizer = models.load_tokenizer(self.model_dir)
         self.chat = ChatFormat(self.tokenizer)
+        self.accelerator = Accelerator(cpu=not torch.cuda.is_available(),
+                                       mixed_precision="bf16" if cfg.bf16 else "no")
+        self.sharding = sharding_of(self.accelerator)
+        check_rollout_tp(cfg.rollout_tp, self.accelerator.num_processes,
+                         torch.cuda.device_count() if torch.cuda.is_available() else None)
         model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.ref = None
         if cfg.kl_coef > 0:
             self.ref = copy.deepcopy(model).eval().requires_grad_(False)
         if cfg.lora_rank:
-            model = add_lora(model, r=cfg.lora_rank, alpha=2 * cfg.lora_rank)
-        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
-                                      weight_decay=cfg.weight_decay)
-        self.accelerator = Accelerator(cpu=not torch.cuda.is_available(),
-                                       mixed_precision="bf16" if cfg.bf16 else "no")
-        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
-        self.critic = None
-        if cfg.algorithm == "gae":
-            critic = Critic(self.model_dir)
-            critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.critic_lr or cfg.lr,
-                                                 weight_decay=cfg.weight_decay)
-            self.critic, self.critic_optimizer = self.accelerator.prepare(critic, critic_optimizer)
+            model = add_lora(model, r=cfg.lora_rank)
+        critic = Critic(self.model_dir) if cfg.algorithm == "gae" else None
+        self.model, self.optimizer, self.critic, self.critic_optimizer = self._place(model, critic)
         self.engine = make_engine(cfg.engine, self.model_dir, max_model_len=cfg.max_total_tokens + cfg.max_tokens,
-                                  seed=cfg.seed, tokenizer=self.tokenizer)
+                                  seed=cfg.seed, tokenizer=self.tokenizer, kv_cache_gib=cfg.kv_cache_gib,
+                                  tensor_parallel_size=cfg.rollout_tp)
         set_threads(cfg.threads)   # the engine may have changed torch's thread count
-        self.schedule = make_schedule(cfg.schedule, cfg.rounds, every=cfg.rounds_every)
+        self.schedule = round_schedule(cfg)
         self.step = 0
         self.history: list[dict] = []
         os.makedirs(cfg.run_dir, exist_ok=True)
@@ -94,6 +97,46 @@ class Trainer:
             with open(os.path.join(cfg.run_dir, "config.json"), "w") as f:
                 f.write(cfg.to_json())
         self._resume()
+
+    def _place(self, model, critic):
+        """The models on this process's device, split as the launch config says (`sharding_of`), and their
+        optimizers: (model, optimizer, critic, critic_optimizer). Under FSDP the optimizers are built over the
+        shards, so each process keeps only its part of Adam's state; the frozen reference is sharded too (fp32,
+        1/world of it per process). DeepSpeed shards only the model it drives: the reference is a bf16 copy."""
+        cfg, acc = self.cfg, self.accelerator
+        if self.sharding in ("fsdp", "deepspeed") and cfg.lora_rank:
+            raise ValueError(f"LoRA (lora_rank={cfg.lora_rank}) with {self.sharding} sharding is not supported: the "
+                             "adapters are small and the frozen base fits on each GPU; launch with a DDP config "
+                             "(configs/accelerate/ddp_cpu_2proc.yaml, or distributed_type MULTI_GPU), or use lora_rank=0")
+        if self.sharding == "deepspeed" and critic is not None:
+            raise ValueError("algorithm gae trains a second model (the critic); accelerate drives one DeepSpeed "
+                             "engine per Accelerator: launch with configs/accelerate/fsdp_8gpu.yaml instead")
+
+        def adamw(module, lr):
+            return torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=lr,
+                                     weight_decay=cfg.weight_decay)
+
+        critic_lr = cfg.critic_lr or cfg.lr
+        if self.sharding == "fsdp":
+            settings = fsdp_settings(acc)
+            model = shard(model, **settings)
+            if self.ref is not None:
+                self.ref = shard(self.ref, **settings)
+            if critic is None:
+                return model, adamw(model, cfg.lr), None, None
+            critic = shard(critic, **settings)
+            return model, adamw(model, cfg.lr), critic, adamw(critic, critic_lr)
+        if self.ref is not None:
+            self.ref = self.ref.to(acc.device)
+            if self.sharding == "deepspeed":
+                self.ref = self.ref.to(torch.bfloat16)
+        model, optimizer = acc.prepare(model, adamw(model, cfg.lr))
+        if self.sharding == "deepspeed" and model.gradient_clipping() != cfg.grad_clip:
+            raise ValueError(f"the DeepSpeed config clips gradients at {model.gradient_clipping()}, the run config "
+                             f"at grad_clip={cfg.grad_clip}: set gradient_clipping to {cfg.grad_clip} in its JSON")
+        if critic is None:
+            return model, optimizer, None, None
+        return (model, optimizer, *acc.prepare(critic, adamw(critic, critic_lr)))
 
     # ------------------------------------------------------------------------------------------------ data
     def env_factory(self):
@@ -193,9 +236,10 @@ class Trainer:
         elif cfg.algorithm == "rloo":
             adv = adv_fns.rloo(scores, group, mask)
         elif cfg.algorithm == "reinforce_plus_plus":
-            adv, _ = adv_fns.reinforce_pp(token_rewards, mask, gamma=cfg.gamma)
+            adv = self._whiten(adv_fns.reinforce_pp(token_rewards, mask, gamma=cfg.gamma, whiten=False)[0], mask)
         else:
-            adv, returns = adv_fns.gae(token_rewards, old_values, mask, gamma=cfg.gamma, lam=cfg.lam)
+            adv, returns = adv_fns.gae(token_rewards, old_values, mask, gamma=cfg.gamma, lam=cfg.lam, whiten=False)
+            adv = self._whiten(adv, mask)
         per_token = {"old_logp": old_logp, "ref_logp": ref_logp, "adv": adv, "old_values": old_values,
                      "returns": returns if returns is not None else old_values}
         t_logprob = time.perf_counter() - t0
@@ -218,22 +262,22 @@ class Trainer:
                 self.optimizer.zero_grad()
                 if self.critic is not None:
                     self.critic_optimizer.zero_grad()
-                for micro in micro_batches([lengths[i] for i in rows], cfg.micro_batch_tokens):
-                    idx = [rows[i] for i in micro]
+                micros = [[rows[i] for i in m] for m in micro_batches([lengths[i] for i in rows],
+                                                                      cfg.micro_batch_tokens)]
+                passes = self._passes(len(micros))
+                for j in range(passes):
+                    real = j < len(micros)   # past its own micro-batches a process repeats one, weighted 0
+                    idx = micros[j] if real else micros[-1] if micros else [0]
                     with self._no_sync():   # DDP must not average here: gradients are summed once, below
-                        loss, parts = self._loss(trim(batch, idx), {k: v[idx] for k, v in per_token.items()},
+                        loss, parts = self._loss(self._on_device(trim(batch, idx)),
+                                                 self._on_device({k: v[idx] for k, v in per_token.items()}),
                                                  global_tokens, global_seqs)
-                        self.accelerator.backward(loss)
-                    for k, v in parts.items():
-                        sums[k] += v
-                    tokens_seen += int(batch["attention_mask"][idx].sum())
-                self._sum_gradients(self.model, self.critic)
-                grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-                self.optimizer.step()
-                if self.critic is not None:
-                    self.accelerator.clip_grad_norm_(self.critic.parameters(), cfg.grad_clip)
-                    self.critic_optimizer.step()
-                sums["grad_norm"] += float(grad_norm)
+                        self._backward(loss if real else loss * 0.0, last=j == passes - 1)
+                    if real:
+                        for k, v in parts.items():
+                            sums[k] += v
+                        tokens_seen += int(batch["attention_mask"][idx].sum())
+                sums["grad_norm"] += self._optimizer_step()
                 n_updates += 1
         self.model.eval()
         t_update = time.perf_counter() - t0 - t_logprob
@@ -275,26 +319,80 @@ class Trainer:
             parts.update(value_loss=vf.item(), value_clip_frac=vinfo["clip_frac"] * share)
         return loss, parts
 
-    # ------------------------------------------------------------------------------ several processes (DDP)
-    # Every process plays its own items and computes gradients on them without communicating; once per mini-batch
-    # the gradients are summed over processes (each loss was divided by the global token count), so the update is
-    # exactly the one a single process would make on the union of the batches, and every process makes the same
-    # number of collective calls however its episodes are split into micro-batches.
+    # ------------------------------------------------------------------------ several processes (DDP, FSDP, ZeRO)
+    # Every process plays its own items; each micro-batch's loss is divided by the token count of the mini-batch of
+    # ALL processes, so the SUM of all processes' gradients is the gradient a single process would get on the union
+    # of the batches. Where that sum is taken depends on the sharding:
+    #   ddp        no communication during the micro-batches (no_sync); one all_reduce(sum) per mini-batch, so every
+    #              process makes the same collective calls however its episodes are split into micro-batches.
+    #   fsdp       each backward reduce-scatters every gradient into its owner's shard, as a sum (`shard` sets the
+    #              divide factor to 1), so full-size gradients never accumulate on one device.
+    #   deepspeed  ZeRO reduce-scatters the MEAN over processes: the loss is multiplied by the world size. The last
+    #              micro-batch of a mini-batch is marked as the accumulation boundary, where the engine clips and steps.
+    # Under fsdp and deepspeed every forward and backward also gathers parameters from all processes, so every
+    # process makes as many passes as the busiest one (`_passes`): the extra ones repeat a micro-batch with weight 0.
     @contextlib.contextmanager
     def _no_sync(self):
         with contextlib.ExitStack() as stack:
-            for module in (self.model, self.critic):
-                if module is not None:
-                    stack.enter_context(self.accelerator.no_sync(module))
+            if self.sharding == "ddp":
+                for module in (self.model, self.critic):
+                    if module is not None:
+                        stack.enter_context(self.accelerator.no_sync(module))
             yield
+
+    def _passes(self, n: int) -> int:
+        """How many forward (and backward) passes this process makes for its n micro-batches."""
+        if self.sharding not in ("fsdp", "deepspeed"):
+            return n
+        most = torch.tensor([n], device=self.accelerator.device)
+        torch.distributed.all_reduce(most, op=torch.distributed.ReduceOp.MAX)
+        return int(most)
+
+    def _backward(self, loss: torch.Tensor, *, last: bool) -> None:
+        if self.sharding == "deepspeed":
+            self.model.set_gradient_accumulation_boundary(last)
+            self.model.backward(loss * self.accelerator.num_processes)
+        else:
+            self.accelerator.backward(loss)
+
+    def _optimizer_step(self) -> float:
+        """Sum the gradients over processes where no backward did (ddp), clip, step: the gradient norm before
+        clipping. DeepSpeed's engine clips (at its config's gradient_clipping) and steps by itself."""
+        if self.sharding == "deepspeed":
+            self.model.step()
+            return float(self.model.get_global_grad_norm())
+        self._sum_gradients(self.model, self.critic)
+        grad_norm = self._clip(self.model)
+        self.optimizer.step()
+        if self.critic is not None:
+            self._clip(self.critic)
+            self.critic_optimizer.step()
+        return grad_norm
+
+    def _clip(self, module) -> float:
+        if self.sharding == "fsdp":   # DTensor gradients: torch's clip takes the norm over all shards
+            return float(torch.nn.utils.clip_grad_norm_(module.parameters(), self.cfg.grad_clip).full_tensor())
+        return float(self.accelerator.clip_grad_norm_(module.parameters(), self.cfg.grad_clip))
+
+    def _on_device(self, tensors: dict) -> dict:
+        return {k: v.to(self.accelerator.device) for k, v in tensors.items()}
+
+    def _whiten(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """masked_whiten by the mean and variance over the trainable tokens of ALL processes (their sums, sums of
+        squares and counts added up): each process's advantages are then those of the union of the batches."""
+        moments = adv_fns.masked_moments(x, mask)
+        if self.accelerator.num_processes > 1:
+            moments = self.accelerator.reduce(moments.to(self.accelerator.device), "sum").cpu()
+        return adv_fns.masked_whiten(x, mask, moments=moments)
 
     def _sum_over_processes(self, *counts: int) -> list[int]:
         if self.accelerator.num_processes == 1:
             return list(counts)
-        return [int(x) for x in self.accelerator.reduce(torch.tensor(counts, dtype=torch.float64), "sum")]
+        counts = torch.tensor(counts, dtype=torch.float64, device=self.accelerator.device)
+        return [int(x) for x in self.accelerator.reduce(counts, "sum")]
 
     def _sum_gradients(self, *modules) -> None:
-        if self.accelerator.num_processes == 1:
+        if self.sharding != "ddp":
             return
         for module in modules:
             for p in (module.parameters() if module is not None else ()):
@@ -304,11 +402,15 @@ class Trainer:
                     torch.distributed.all_reduce(p.grad)
 
     def _mean_over_processes(self, metrics: dict) -> dict:
-        if self.accelerator.num_processes == 1:
+        """The mean over processes of every number, except SUMMED_METRICS: a process's loss terms are its share of
+        the global mini-batch's (divided by the token count of all processes), its counts its own part."""
+        world = self.accelerator.num_processes
+        if world == 1:
             return metrics
         keys = sorted(k for k, v in metrics.items() if isinstance(v, (int, float)) and k != "step")
-        means = self.accelerator.reduce(torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64), "mean")
-        return {**metrics, **dict(zip(keys, means.tolist()))}
+        sums = self.accelerator.reduce(torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64,
+                                                    device=self.accelerator.device), "sum")
+        return {**metrics, **{k: v if k in SUMMED_METRICS else v / world for k, v in zip(keys, sums.tolist())}}
 
     @torch.no_grad()
     def _no_grad_passes(self, batch, lengths):
@@ -317,21 +419,27 @@ class Trainer:
         B, T = batch["input_ids"].shape
         old, ref, values = torch.zeros(B, T), torch.zeros(B, T), torch.zeros(B, T)
         self.model.eval()
-        for rows in micro_batches(lengths, self.cfg.micro_batch_tokens):
-            mb = trim(batch, rows)
+        groups = micro_batches(lengths, self.cfg.micro_batch_tokens)
+        for j in range(self._passes(len(groups))):
+            rows = groups[min(j, len(groups) - 1)]   # past its own, a process repeats its last (same result)
+            mb = self._on_device(trim(batch, rows))
             t = mb["input_ids"].shape[1]
             with self.accelerator.autocast():
                 old[rows, :t] = token_logprobs(self.model, mb["input_ids"], mb["attention_mask"],
-                                               temperature=self.cfg.temperature).float()
+                                               temperature=self.cfg.temperature).float().cpu()
                 if self.ref is not None:
                     ref[rows, :t] = token_logprobs(self.ref, mb["input_ids"], mb["attention_mask"],
-                                                   temperature=self.cfg.temperature).float()
+                                                   temperature=self.cfg.temperature).float().cpu()
                 if self.critic is not None:
-                    values[rows, :t] = self.critic(mb["input_ids"], mb["attention_mask"]).float()
+                    values[rows, :t] = self.critic(mb["input_ids"], mb["attention_mask"]).float().cpu()
         return old, ref, values
 
     def sync_engine(self) -> None:
-        self.engine.load_weights(merged_state_dict(self.accelerator.unwrap_model(self.model)).items())
+        model = self.accelerator.unwrap_model(self.model)
+        if self.sharding in ("fsdp", "deepspeed"):   # every process gathers the whole model for its own engine
+            self.engine.load_weights(full_state_dict(model).items())
+        else:
+            self.engine.load_weights(merged_state_dict(model).items())
 
     def fit(self, steps: int | None = None, callback=None) -> list[dict]:
         """Train until `steps` (default cfg.steps) steps are done in total; resumable."""
@@ -370,6 +478,8 @@ class Trainer:
             shutil.rmtree(tmp, ignore_errors=True)
         self.accelerator.wait_for_everyone()
         self.accelerator.save_state(tmp)   # every process: each saves its own random state
+        if self.sharding == "fsdp":
+            self._fsdp_state(tmp, load=False)
         self.accelerator.wait_for_everyone()
         if main:
             with open(os.path.join(tmp, "trainer_state.json"), "w") as f:
@@ -381,6 +491,22 @@ class Trainer:
         self.accelerator.wait_for_everyone()
         return path
 
+    def _fsdp_state(self, path: str, *, load: bool) -> None:
+        """Save or load the sharded models and optimizers, every process writing or reading its own shards
+        (torch.distributed.checkpoint; accelerate's save_state only knows the models it prepared itself)."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        pairs = {"policy": (self.model, self.optimizer)}
+        if self.critic is not None:
+            pairs["critic"] = (self.critic, self.critic_optimizer)
+        state = {name: dict(zip(("model", "optim"), get_state_dict(m, o))) for name, (m, o) in pairs.items()}
+        if not load:
+            dcp.save(state, checkpoint_id=os.path.join(path, "fsdp"))
+            return
+        dcp.load(state, checkpoint_id=os.path.join(path, "fsdp"))
+        for name, (m, o) in pairs.items():
+            set_state_dict(m, o, model_state_dict=state[name]["model"], optim_state_dict=state[name]["optim"])
+
     def _resume(self) -> None:
         ckpt_root = os.path.join(self.cfg.run_dir, "ckpt")
         done = sorted(d for d in os.listdir(ckpt_root) if not d.endswith(".tmp")) if os.path.isdir(ckpt_root) else []
@@ -391,6 +517,8 @@ class Trainer:
             return
         path = os.path.join(ckpt_root, done[-1])
         self.accelerator.load_state(path)
+        if self.sharding == "fsdp":
+            self._fsdp_state(path, load=True)
         with open(os.path.join(path, "trainer_state.json")) as f:
             self.step = json.load(f)["step"]
         with open(metrics_path) as f:   # keep the metrics of the steps the checkpoint contains, drop the rest
@@ -432,17 +560,191 @@ def _share_constant_groups(scores: torch.Tensor, group: torch.Tensor) -> float:
     return sum(constant) / len(constant)
 
 
+# ------------------------------------------------------------------------------------------ several processes
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LAUNCH_CONFIGS = os.path.join(REPO, "configs", "accelerate")
+
+
+def sharding_of(accelerator) -> str:
+    """How the `accelerate launch` config splits the model over processes: "deepspeed" (ZeRO), "fsdp" (FSDP2),
+    "ddp" (a whole replica per process) or "none" (one process). Accelerate turns an FSDP config into DDP when there
+    is no GPU, but FSDP2 itself runs on gloo: the launcher's request (ACCELERATE_USE_FSDP) is honoured on CPUs too."""
+    from accelerate.utils import DistributedType
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        return "deepspeed"
+    if accelerator.distributed_type == DistributedType.FSDP or (
+            accelerator.num_processes > 1 and os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true"):
+        return "fsdp"
+    return "ddp" if accelerator.num_processes > 1 else "none"
+
+
+def fsdp_settings(accelerator) -> dict:
+    """`shard`'s options from the launch config's fsdp_config (accelerate's own reading of it)."""
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    plugin = getattr(accelerator.state, "fsdp_plugin", None) or FullyShardedDataParallelPlugin()
+    if plugin.fsdp_version != 2:
+        raise ValueError(f"fsdp_version {plugin.fsdp_version}: the trainer shards with FSDP2 (fully_shard); set "
+                         "fsdp_version: 2 in the accelerate config")
+    if plugin.activation_checkpointing:
+        raise ValueError("fsdp_activation_checkpointing: set gradient_checkpointing=True in the run config instead "
+                         "(it applies under every launch config) and fsdp_activation_checkpointing: false")
+    return dict(reshard_after_forward=plugin.reshard_after_forward, offload_policy=plugin.cpu_offload)
+
+
+def check_rollout_tp(tp: int, processes: int, gpus: int | None) -> None:
+    """Every trainer process owns one engine on its own device, so a tensor-parallel engine (tp devices) needs a
+    one-process launch, and tp must divide the GPUs the process sees (None: unknown or CPU)."""
+    if tp == 1:
+        return
+    if processes > 1:
+        raise ValueError(f"rollout_tp={tp} with {processes} trainer processes: each process owns one engine on its "
+                         f"own GPU. Use rollout_tp=1 (as the paper's scripts do) or a one-process launch")
+    if gpus is not None and gpus % tp:
+        raise ValueError(f"rollout_tp={tp} must divide the number of GPUs ({gpus})")
+
+
+def launch_config_path(name: str) -> str:
+    """A launch config by path, or by name in configs/accelerate ("fsdp_8gpu")."""
+    if os.path.isfile(name):
+        return name
+    path = os.path.join(LAUNCH_CONFIGS, name if name.endswith(".yaml") else name + ".yaml")
+    if os.path.isfile(path):
+        return path
+    names = sorted(f[:-5] for f in os.listdir(LAUNCH_CONFIGS) if f.endswith(".yaml")) \
+        if os.path.isdir(LAUNCH_CONFIGS) else []
+    raise ValueError(f"launch_config {name!r} is neither a file nor one of {names} in {LAUNCH_CONFIGS}")
+
+
+def check_launch(path: str, cfg: RunConfig) -> dict:
+    """Read an accelerate launch config as `accelerate launch` does and check it against the run. Every key must be
+    one accelerate knows (the launcher silently ignores a misspelt fsdp_config or deepspeed_config key); FSDP must
+    be version 2; a DeepSpeed JSON must clip at grad_clip and leave the accumulation boundary to the trainer; every
+    process needs a prompt per step. Returns processes, sharding and what the plan shows of it."""
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.commands.launch import launch_command_parser
+    launch = load_config_from_file(path)   # raises on an unknown top-level key
+    options = {action.dest for action in launch_command_parser()._actions}
+    for section, prefix in (("fsdp_config", "fsdp_"), ("deepspeed_config", "")):
+        for key in getattr(launch, section, None) or {}:
+            if (key if key.startswith(prefix) else prefix + key) not in options:
+                raise ValueError(f"{path}: {section}.{key} is not an accelerate option (see `accelerate launch "
+                                 "--help`)")
+    processes = launch.num_processes * launch.num_machines
+    kind = getattr(launch.distributed_type, "value", str(launch.distributed_type))
+    sharding = {"FSDP": "fsdp", "DEEPSPEED": "deepspeed"}.get(kind, "ddp" if processes > 1 else "none")
+    out = dict(processes=processes, sharding=sharding, detail="")
+    if sharding == "fsdp":
+        fsdp = {k if k.startswith("fsdp_") else "fsdp_" + k: v for k, v in launch.fsdp_config.items()}
+        if int(fsdp.get("fsdp_version", 1)) != 2:
+            raise ValueError(f"{path}: fsdp_version must be 2 (the trainer shards with FSDP2's fully_shard)")
+        if fsdp.get("fsdp_activation_checkpointing"):
+            raise ValueError(f"{path}: fsdp_activation_checkpointing must be false: the run config's "
+                             "gradient_checkpointing does it under every launch config")
+        offload = " + parameters offloaded to the CPU" if fsdp.get("fsdp_offload_params") else ""
+        out["detail"] = f"FSDP2 full shard{offload} (policy, its gradients and Adam state; the reference)"
+    if sharding == "deepspeed":
+        ds_file = (launch.deepspeed_config or {}).get("deepspeed_config_file")
+        if not ds_file:
+            raise ValueError(f"{path}: the trainer needs a deepspeed_config_file (it sets "
+                             "train_micro_batch_size_per_gpu, which accelerate cannot infer without a dataloader)")
+        with open(ds_file if os.path.isfile(ds_file) else os.path.join(REPO, ds_file)) as f:   # launched from REPO
+            ds = json.load(f)
+        if ds.get("gradient_clipping") != cfg.grad_clip:
+            raise ValueError(f"{ds_file}: gradient_clipping {ds.get('gradient_clipping')} != grad_clip "
+                             f"{cfg.grad_clip} of the run (DeepSpeed clips inside its engine)")
+        if ds.get("gradient_accumulation_steps") not in (1, "auto"):
+            raise ValueError(f"{ds_file}: gradient_accumulation_steps must be 1 or auto: the trainer marks the last "
+                             "micro-batch of each mini-batch as the boundary itself")
+        if not isinstance(ds.get("train_micro_batch_size_per_gpu"), int):
+            raise ValueError(f"{ds_file}: train_micro_batch_size_per_gpu must be an integer")
+        if ds.get("bf16", {}).get("enabled") not in ("auto", cfg.bf16):
+            raise ValueError(f"{ds_file}: bf16.enabled must be 'auto' or {cfg.bf16} (the run's bf16)")
+        zero = ds.get("zero_optimization", {})
+        out["detail"] = (f"DeepSpeed ZeRO-{zero.get('stage', 0)} (policy, its gradients and Adam state); the "
+                         f"reference a bf16 copy per GPU")
+    if sharding == "ddp":
+        out["detail"] = "DDP (a whole replica per process, gradients summed once per mini-batch)"
+    if cfg.prompts_per_step * cfg.oversample < processes:
+        raise ValueError(f"{processes} processes but {cfg.prompts_per_step * cfg.oversample} prompts per step: "
+                         "every process plays its share of the prompts and needs at least one")
+    check_rollout_tp(cfg.rollout_tp, processes, None)
+    return out
+
+
+# The paper's models, from their config.json, so a run can be planned without the weights.
+KNOWN_SHAPES = {
+    "Qwen/Qwen2.5-7B-Instruct": dict(params=7.62e9, embeddings=2 * 152064 * 3584, vocab=152064, hidden=3584,
+                                     layers=28, kv_dim=4 * 128),
+    "Qwen/Qwen2.5-3B-Instruct": dict(params=3.09e9, embeddings=151936 * 2048, vocab=151936, hidden=2048,
+                                     layers=36, kv_dim=2 * 128),
+}
+GPU_GB = 80   # an A100/H100 80 GB, the GPUs of an 8-GPU AgentGym-RL run
+
+
+def memory_per_gpu(cfg: RunConfig, shape: dict, processes: int, sharding: str) -> dict[str, float]:
+    """Estimated GB (1e9 bytes) one process needs on its GPU, full fine-tuning, P parameters, t = micro_batch_tokens:
+        policy       16 P: fp32 weights, gradients and Adam's two moments (/ processes under fsdp and deepspeed)
+        reference    4 P fp32 (/ processes under fsdp); 2 P under deepspeed (a bf16 copy); 0 without KL
+        gathered     the units in flight, two blocks and the root (embeddings and head): fp32 under fsdp, bf16
+                     under deepspeed
+        activations  with gradient checkpointing each block's bf16 input, 2 t h per block, plus one block's
+                     internals, ~34 t h (Korthikanti et al. 2022, flash attention); without, 34 t h per block
+        logits       14 t V: bf16 logits, their fp32 copy, the entropy's softmax and the fp32 gradient
+        vllm         2 P / rollout_tp (bf16 weights), and its KV cache kv_cache_gib"""
+    P, t, h, layers = shape["params"], cfg.micro_batch_tokens, shape["hidden"], shape["layers"]
+    split = processes if sharding in ("fsdp", "deepspeed") else 1
+    reference = 0 if cfg.kl_coef == 0 else 2 * P if sharding == "deepspeed" else 4 * P / (
+        processes if sharding == "fsdp" else 1)
+    block = (P - shape["embeddings"]) / layers
+    act = 2 * t * h * layers + 34 * t * h if cfg.gradient_checkpointing else 34 * t * h * layers
+    parts = {"policy": 16 * P / split, "reference": reference,
+             "gathered": {"fsdp": 4, "deepspeed": 2}.get(sharding, 0) * (2 * block + shape["embeddings"]),
+             "activations": act, "logits": 14 * t * shape["vocab"],
+             "vLLM weights": 2 * P / cfg.rollout_tp, "KV cache": cfg.kv_cache_gib * 2**30}
+    return {k: v / 1e9 for k, v in parts.items() if v}
+
+
+def launch_plan(cfg: RunConfig) -> list[str]:
+    """The plan's lines about processes, sharding, rollout engines and memory per GPU."""
+    engines = f"tensor parallel {cfg.rollout_tp}, KV cache {cfg.kv_cache_gib:g} GiB"
+    if cfg.launch_config is None:
+        return [f"launch: one process (python -m agentgym_nb.train.rl), or any configs/accelerate/*.yaml; "
+                f"engine: {engines}"]
+    path = launch_config_path(cfg.launch_config)
+    launch = check_launch(path, cfg)
+    processes = launch["processes"]
+    share = cfg.prompts_per_step * cfg.oversample / processes
+    lines = [f"launch: accelerate launch --config_file {os.path.relpath(path)} -m agentgym_nb.train.rl --env "
+             f"{cfg.env} --preset {cfg.preset}",
+             f"  {processes} process{'es' if processes > 1 else ''}: {launch['detail'] or 'no sharding'}; each plays "
+             f"~{share:g} prompts a step and runs its own engine ({engines})"]
+    shape = KNOWN_SHAPES.get(cfg.model)
+    if shape and not cfg.lora_rank:
+        parts = memory_per_gpu(cfg, shape, processes, launch["sharding"])
+        total = sum(parts.values())
+        verdict = "fits" if total <= GPU_GB else "does NOT fit: shard, or lower micro_batch_tokens or kv_cache_gib"
+        lines.append("  memory per GPU (estimate, GB): " + " + ".join(f"{k} {v:.1f}" for k, v in parts.items())
+                     + f" = {total:.0f} of {GPU_GB}: {verdict}")
+    return lines
+
+
 # ----------------------------------------------------------------------------------------------------- command line
 def plan(cfg: RunConfig) -> str:
     """What a run of `cfg` will do, without building anything (the `--dry-run` / `dry_run=True` output)."""
-    schedule = make_schedule(cfg.schedule, cfg.rounds, every=cfg.rounds_every)
+    schedule = round_schedule(cfg)
     stages, start = [], 1
-    for step in range(1, cfg.steps + 1):   # contiguous step ranges with the same horizon
-        if step == cfg.steps or schedule.rounds_at(step + 1, []) != schedule.rounds_at(step, []):
-            stages.append(f"steps {start}-{step}: H={schedule.rounds_at(step, [])}")
-            start = step + 1
+    if cfg.schedule == "adaptive":   # its horizons follow the metrics the run will log
+        stages.append(f"H={' -> '.join(map(str, cfg.rounds))}, the next one once the mean {cfg.adaptive_metric} of "
+                      f"the last {cfg.adaptive_patience} steps is >= {cfg.adaptive_threshold:g}, after at least "
+                      f"{max(cfg.adaptive_min_steps, cfg.adaptive_patience)} steps at the current one")
+    else:
+        for step in range(1, cfg.steps + 1):   # contiguous step ranges with the same horizon
+            if step == cfg.steps or schedule.rounds_at(step + 1) != schedule.rounds_at(step):
+                stages.append(f"steps {start}-{step}: H={schedule.rounds_at(step)}")
+                start = step + 1
     train, test = item_pool(cfg, "train"), item_pool(cfg, "test")
     episodes = cfg.prompts_per_step * cfg.oversample * cfg.samples_per_prompt
+    urls = [cfg.env_url] if isinstance(cfg.env_url, str) else cfg.env_url or []
     local = models.is_available(cfg.model)
     lines = [
         f"run {cfg.name!r}: {cfg.algorithm} on {cfg.env} with {cfg.model} ({cfg.preset} preset) -> {cfg.run_dir}",
@@ -456,7 +758,8 @@ def plan(cfg: RunConfig) -> str:
         f"{'bf16 autocast' if cfg.bf16 else 'fp32'}",
         f"horizon ({cfg.schedule}): " + "; ".join(stages),
         f"total: {cfg.steps} steps, {cfg.steps * episodes:,} episodes, checkpoint every {cfg.save_every} steps",
-        f"engine: {cfg.engine}; env: {cfg.env_url or 'in-process'}",
+        f"engine: {cfg.engine}; env: {', '.join(urls) or 'in-process'}",
+        *launch_plan(cfg),
     ]
     return "\n".join(lines)
 

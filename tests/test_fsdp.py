@@ -1,0 +1,190 @@
+"""Sharded training beyond one machine, checked on CPU.
+
+FSDP2: two gloo processes launched by accelerate with configs/accelerate/fsdp_cpu_2proc.yaml (tests/fsdp_worker.py)
+hold half of every parameter each; after a real training step they agree, their rollout engines hold the gathered
+weights, a resumed trainer reads back the sharded checkpoint, and an update equals one process's update on the union
+of the episodes (weights and gradient norm). The launch configs of the paper preset (fsdp_8gpu, deepspeed_zero3_8gpu)
+are checked by the dry run: they parse, name only keys accelerate knows, agree with the run, and the memory estimate
+adds up as worked out in their comments."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from agentgym_nb.config import PAPER_SCRIPTS, make_config
+from agentgym_nb.rollout.trajectory import Trajectory
+from agentgym_nb.train import rl
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = os.path.join(ROOT, "configs", "accelerate")
+
+
+@pytest.fixture(scope="module")
+def fsdp_out(tmp_path_factory, nano_dir):
+    """Slow but essential (~2 min of work; the two processes' imports take minutes more on a loaded machine)."""
+    out = tmp_path_factory.mktemp("fsdp")
+    accelerate = os.path.join(os.path.dirname(sys.executable), "accelerate")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTGYM_NB_PRESET": "smoke"}
+    done = subprocess.run([accelerate, "launch", "--config_file", os.path.join(CONFIGS, "fsdp_cpu_2proc.yaml"),
+                           os.path.join(ROOT, "tests/fsdp_worker.py"), str(out)],
+                          env=env, capture_output=True, text=True, timeout=1100)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+@pytest.mark.timeout(1200)
+def test_fsdp_step_shards_agrees_syncs_and_resumes(fsdp_out):
+    ranks = [json.load(open(fsdp_out / f"fsdp_rank{r}.json")) for r in (0, 1)]
+    assert [r["sharding"] for r in ranks] == ["fsdp", "fsdp"] and [r["world"] for r in ranks] == [2, 2]
+    assert len(ranks[0]["items"]) == 2 and len(ranks[1]["items"]) == 1   # uneven shares: uneven passes
+    # each process holds about half of every parameter
+    assert ranks[0]["local_numel"] + ranks[1]["local_numel"] == ranks[0]["full_numel"]
+    assert abs(ranks[0]["local_numel"] - ranks[1]["local_numel"]) < 0.01 * ranks[0]["full_numel"]
+    sums = [torch.load(fsdp_out / f"sums{r}.pt") for r in (0, 1)]
+    assert sums[0] == sums[1]                                           # the gathered weights agree exactly
+    assert ranks[0]["optimizer_steps"] == ranks[1]["optimizer_steps"] == 2
+    assert ranks[0]["rotary"] == ranks[1]["rotary"] > 0                # rank 1's non-persistent buffers are real
+    for r in ranks:
+        assert r["initial_gap"] == r["initial_ref_gap"] == 0.0          # both start from the checkpoint's weights
+        assert r["engine_gap"] == 0.0                                   # the engine samples from the new weights
+        assert r["resumed_step"] == 1
+        assert r["resumed_gap"] == r["resumed_adam_gap"] == r["resumed_engine_gap"] == 0.0
+    metrics = [json.loads(x) for x in open(fsdp_out / "runs" / "fsdp" / "metrics.jsonl")]
+    assert len(metrics) == 1 and metrics[0]["step"] == 1               # written once, by the main process
+    assert metrics[0]["episodes"] == 6                                  # 4 + 2: counts add up over processes
+
+
+@pytest.mark.timeout(1200)
+def test_fsdp_update_is_the_update_on_the_union(fsdp_out, tmp_path, nano_dir):
+    from fsdp_worker import union_config
+
+    from agentgym_nb.train.common import merged_state_dict
+    shares = [json.load(open(fsdp_out / f"union_rank{r}.json")) for r in (0, 1)]
+    after = torch.load(fsdp_out / "union_rank0.pt")
+    assert all(torch.equal(after[k], v) for k, v in torch.load(fsdp_out / "union_rank1.pt").items())
+    assert len(shares[0]["episodes"]) > len(shares[1]["episodes"])     # rank 1 made zero-weight extra passes
+
+    # one process, no sharding, the same config and starting weights, the same update on the union of the episodes
+    single = rl.Trainer(union_config(str(tmp_path)), log=lambda *a: None)
+    assert single.sharding == "none"
+    model = single.accelerator.unwrap_model(single.model)
+    before = {k: v.clone() for k, v in merged_state_dict(model).items()}
+    out = single._update([Trajectory(**t) for s in shares for t in s["episodes"]], 1)
+    single.close()
+    union = merged_state_dict(model)
+    assert out["optimizer_steps"] == shares[0]["optimizer_steps"] == 2
+    # Adam and the clip are blind to a gradient's scale (a mean over processes instead of the sum would move the
+    # weights the same way): the gradient norm before clipping is not.
+    assert shares[0]["grad_norm"] == pytest.approx(out["grad_norm"], rel=1e-4)
+    # each process's loss terms are its share of the global mini-batch's: they add up to one process's
+    assert shares[0]["kl"] + shares[1]["kl"] == pytest.approx(out["kl"], rel=1e-3, abs=1e-9)
+    assert shares[0]["entropy"] + shares[1]["entropy"] == pytest.approx(out["entropy"], rel=1e-4)
+    moved = max(float((after[k] - before[k]).abs().max()) for k in before)
+    assert moved > 5e-3, moved   # Adam moves a weight by up to about lr = 1e-2 per step
+    gap = _norm({k: after[k] - union[k] for k in before}) / _norm({k: union[k] - before[k] for k in before})
+    assert gap < 1e-3, f"the two-process update is not the update on the union: they differ by {gap:.1e} of it"
+
+
+def _norm(tensors: dict) -> float:
+    return sum(float(v.double().norm()) ** 2 for v in tensors.values()) ** 0.5
+
+
+# ------------------------------------------------------------------------------------- launch configs, dry run
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("env", sorted(PAPER_SCRIPTS))
+def test_paper_dry_run_checks_both_8gpu_configs(env):
+    for name, detail in (("fsdp_8gpu", "FSDP2 full shard"), ("deepspeed_zero3_8gpu", "DeepSpeed ZeRO-3")):
+        text = rl.plan(make_config(preset="paper", env=env, overrides={"launch_config": name}))
+        assert f"--config_file " in text and f"{name}.yaml -m agentgym_nb.train.rl" in text
+        assert "8 processes: " + detail in text and "tensor parallel 1" in text
+        assert "memory per GPU" in text
+
+
+@pytest.mark.timeout(60)
+def test_memory_estimate_matches_the_arithmetic_in_the_configs():
+    cfg = make_config(preset="paper", env="textcraft", overrides={"micro_batch_tokens": 4096})
+    shape = rl.KNOWN_SHAPES["Qwen/Qwen2.5-7B-Instruct"]
+    fsdp = rl.memory_per_gpu(cfg, shape, 8, "fsdp")
+    assert fsdp["policy"] == pytest.approx(16 * 7.62e9 / 8 / 1e9)             # 15.2
+    assert fsdp["reference"] == pytest.approx(4 * 7.62e9 / 8 / 1e9)           # 3.8
+    assert fsdp["vLLM weights"] == pytest.approx(15.24)
+    assert fsdp["KV cache"] == pytest.approx(20 * 2**30 / 1e9)               # 21.5
+    assert fsdp["logits"] == pytest.approx(14 * 4096 * 152064 / 1e9)         # 8.7
+    assert sum(fsdp.values()) == pytest.approx(72, abs=0.5)
+    ds = rl.memory_per_gpu(cfg, shape, 8, "deepspeed")
+    assert ds["reference"] == pytest.approx(2 * 7.62e9 / 1e9)                 # a bf16 copy: 15.2
+    ddp = rl.memory_per_gpu(cfg, shape, 8, "ddp")
+    assert ddp["policy"] == pytest.approx(121.92) and ddp["reference"] == pytest.approx(30.48)
+    assert "fits" in rl.plan(cfg).splitlines()[-1]
+    cfg.micro_batch_tokens = 16384
+    assert "does NOT fit" in rl.plan(cfg).splitlines()[-1]
+
+
+@pytest.mark.timeout(60)
+def test_dry_run_command_line_prints_the_launch(capsys):
+    rl.main(["--env", "babyai", "--preset", "paper", "--dry-run"])
+    out = capsys.readouterr().out
+    assert "accelerate launch --config_file" in out and "fsdp_8gpu.yaml" in out and "8 processes" in out
+
+
+def _variant(tmp_path, name: str, replace: tuple[str, str], json_replace: tuple[str, str] | None = None) -> str:
+    text = open(os.path.join(CONFIGS, name + ".yaml")).read()
+    assert replace[0] in text
+    path = tmp_path / f"{name}.yaml"
+    if json_replace:
+        ds = open(os.path.join(CONFIGS, "deepspeed_zero3.json")).read()
+        assert json_replace[0] in ds
+        (tmp_path / "ds.json").write_text(ds.replace(*json_replace))
+        text = text.replace("configs/accelerate/deepspeed_zero3.json", str(tmp_path / "ds.json"))
+    path.write_text(text.replace(*replace))
+    return str(path)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name, replace, json_replace, message", [
+    ("fsdp_8gpu", ("fsdp_reshard_after_forward:", "fsdp_reshard_after_forwad:"), None, "reshard_after_forwad"),
+    ("fsdp_8gpu", ("num_machines:", "num_machine:"), None, "num_machine"),
+    ("fsdp_8gpu", ("fsdp_version: 2", "fsdp_version: 1"), None, "fsdp_version must be 2"),
+    ("fsdp_8gpu", ("fsdp_activation_checkpointing: false", "fsdp_activation_checkpointing: true"), None,
+     "gradient_checkpointing"),
+    ("fsdp_8gpu", ("num_processes: 8", "num_processes: 64"), None, "at least one"),
+    ("deepspeed_zero3_8gpu", ("zero3_init_flag:", "zero3_init_flags:"), None, "zero3_init_flags"),
+    ("deepspeed_zero3_8gpu", ("use_cpu", "use_cpu"), ('"gradient_clipping": 1.0', '"gradient_clipping": 0.5'),
+     "gradient_clipping 0.5"),
+    ("deepspeed_zero3_8gpu", ("use_cpu", "use_cpu"),
+     ('"gradient_accumulation_steps": 1', '"gradient_accumulation_steps": 4'), "boundary"),
+])
+def test_a_wrong_launch_config_is_an_error_that_names_it(tmp_path, name, replace, json_replace, message):
+    path = _variant(tmp_path, name, replace, json_replace)
+    cfg = make_config(preset="paper", env="babyai", overrides={"launch_config": path})
+    with pytest.raises(ValueError, match=message):
+        rl.plan(cfg)
+
+
+@pytest.mark.timeout(60)
+def test_launch_config_by_name_or_path_and_rollout_tp_rules(tmp_path):
+    assert rl.launch_config_path("fsdp_8gpu") == os.path.join(CONFIGS, "fsdp_8gpu.yaml")
+    shutil.copy(os.path.join(CONFIGS, "cpu.yaml"), tmp_path / "mine.yaml")
+    assert rl.launch_config_path(str(tmp_path / "mine.yaml")) == str(tmp_path / "mine.yaml")
+    with pytest.raises(ValueError, match="fsdp_8gpu"):
+        rl.launch_config_path("fsdp_16gpu")
+    cfg = make_config(preset="paper", env="babyai")
+    assert (cfg.rollout_tp, cfg.launch_config, cfg.gradient_checkpointing) == (1, "fsdp_8gpu", True)
+    assert make_config(preset="smoke", overrides=["engine=vllm",
+                       "actor_rollout_ref.rollout.tensor_model_parallel_size=2"]).rollout_tp == 2
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError, match="rollout_tp"):
+            make_config(preset="smoke", overrides={"rollout_tp": bad})
+    with pytest.raises(ValueError, match="hf engine"):
+        make_config(preset="smoke", overrides={"rollout_tp": 2, "engine": "hf"})
+    rl.check_rollout_tp(4, 1, 8)                          # one process, an engine over 4 of 8 GPUs
+    with pytest.raises(ValueError, match="divide"):
+        rl.check_rollout_tp(3, 1, 8)
+    with pytest.raises(ValueError, match="one engine"):
+        rl.check_rollout_tp(2, 8, 8)                      # 8 trainer processes each own an engine on their GPU
+    with pytest.raises(ValueError, match="one engine"):
+        rl.plan(make_config(preset="paper", env="babyai", overrides={"rollout_tp": 2}))
