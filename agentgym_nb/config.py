@@ -227,9 +227,10 @@ def preset_values(env: str, preset: str) -> dict[str, Any]:
                     schedule="stepwise", rounds=script["rounds"], rounds_every=script["every"],
                     steps=script["steps"], eval_rounds=script["eval_rounds"], lr=1e-6, kl_coef=0.001,
                     kl_type="low_var_kl", entropy_coef=0.001, clip_ratio=0.2, grad_clip=1.0, temperature=1.0,
-                    ppo_epochs=1, bf16=True, save_every=25, eval_items=100, micro_batch_tokens=16384,
+                    ppo_epochs=1, bf16=True, save_every=25, eval_items=100, micro_batch_tokens=4096,
                     gradient_checkpointing=True, rollout_tp=1, launch_config="fsdp_8gpu",
-                    kv_cache_gib=20)   # every episode of a process at full length: TextCraft 32 x 10,752 x 56 KiB
+                    kv_cache_gib=20)   # a process's episodes at full length: TextCraft's 32 x 10,752 tokens
+                                       # x 56 KiB (Qwen2.5-7B: 28 layers x K, V x 512 x 2 bytes) = 18.4 GiB
     small = {"levels": BABYAI_CPU_LEVELS} if env == "babyai" else {}
     if preset == "cpu":
         # lr 5e-4 with twice the prompts played and only groups with a reward spread trained (DAPO's dynamic

@@ -99,7 +99,7 @@ def _norm(tensors: dict) -> float:
 def test_paper_dry_run_checks_both_8gpu_configs(env):
     for name, detail in (("fsdp_8gpu", "FSDP2 full shard"), ("deepspeed_zero3_8gpu", "DeepSpeed ZeRO-3")):
         text = rl.plan(make_config(preset="paper", env=env, overrides={"launch_config": name}))
-        assert f"--config_file " in text and f"{name}.yaml -m agentgym_nb.train.rl" in text
+        assert "--config_file " in text and f"{name}.yaml -m agentgym_nb.train.rl" in text
         assert "8 processes: " + detail in text and "tensor parallel 1" in text
         assert "memory per GPU" in text
 

@@ -107,7 +107,7 @@ class Trainer:
         if self.sharding in ("fsdp", "deepspeed") and cfg.lora_rank:
             raise ValueError(f"LoRA (lora_rank={cfg.lora_rank}) with {self.sharding} sharding is not supported: the "
                              "adapters are small and the frozen base fits on each GPU; launch with a DDP config "
-                             "(configs/accelerate/ddp_cpu_2proc.yaml, or distributed_type MULTI_GPU), or use lora_rank=0")
+                             "(ddp_cpu_2proc.yaml, or distributed_type MULTI_GPU), or use lora_rank=0")
         if self.sharding == "deepspeed" and critic is not None:
             raise ValueError("algorithm gae trains a second model (the critic); accelerate drives one DeepSpeed "
                              "engine per Accelerator: launch with configs/accelerate/fsdp_8gpu.yaml instead")
@@ -706,10 +706,9 @@ def memory_per_gpu(cfg: RunConfig, shape: dict, processes: int, sharding: str) -
 
 def launch_plan(cfg: RunConfig) -> list[str]:
     """The plan's lines about processes, sharding, rollout engines and memory per GPU."""
-    engines = f"tensor parallel {cfg.rollout_tp}, KV cache {cfg.kv_cache_gib:g} GiB"
+    engines = f"vLLM tensor parallel {cfg.rollout_tp}, KV cache {cfg.kv_cache_gib:g} GiB"
     if cfg.launch_config is None:
-        return [f"launch: one process (python -m agentgym_nb.train.rl), or any configs/accelerate/*.yaml; "
-                f"engine: {engines}"]
+        return [f"launch: one process (python -m agentgym_nb.train.rl), or any configs/accelerate/*.yaml ({engines})"]
     path = launch_config_path(cfg.launch_config)
     launch = check_launch(path, cfg)
     processes = launch["processes"]
