@@ -62,3 +62,17 @@ def loopback_server(app):
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+def accelerate_launch(config: str, worker: str, out_dir, timeout: float) -> None:
+    """`accelerate launch --config_file configs/accelerate/<config>.yaml tests/<worker>.py <out_dir>` with one
+    thread per process on the smoke preset; fails with the processes' stderr."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    accelerate = os.path.join(os.path.dirname(sys.executable), "accelerate")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTGYM_NB_PRESET": "smoke"}
+    done = subprocess.run([accelerate, "launch", "--config_file", os.path.join(root, "configs", "accelerate", f"{config}.yaml"),
+                           os.path.join(root, "tests", f"{worker}.py"), str(out_dir)],
+                          env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]

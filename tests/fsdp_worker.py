@@ -19,10 +19,9 @@ import torch
 from safetensors.torch import load_file
 
 from agentgym_nb.config import make_config
-from agentgym_nb.rollout.engine import SamplingParams
-from agentgym_nb.rollout.runner import run_episodes
 from agentgym_nb.train.common import full_state_dict
 from agentgym_nb.train.rl import Trainer
+from ddp_worker import rescored_episodes  # noqa: E402  (tests/ is the script's own folder)
 
 
 def step_config(out_dir: str):
@@ -89,14 +88,8 @@ def step_and_resume(out_dir: str) -> None:
 
 def union_update(out_dir: str) -> None:
     trainer = Trainer(union_config(out_dir), log=lambda *a: None)
-    cfg, rank, world = trainer.cfg, trainer.accelerator.process_index, trainer.accelerator.num_processes
-    trajs = run_episodes(trainer.engine, trainer.env_factory, trainer.items_for_step(1)[rank::world], trainer.chat,
-                         n=cfg.samples_per_prompt, max_rounds=2, max_total_tokens=cfg.max_total_tokens,
-                         params=SamplingParams(temperature=1.0, max_tokens=cfg.max_tokens, seed=5),
-                         first_episode=rank * 1_000_000)
-    for i, t in enumerate(trajs):
-        t.reward = float(i % 2 + rank)
-    trajs = [t for t in trajs if t.num_policy_tokens > 0]
+    rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
+    trajs = rescored_episodes(trainer, rank, world)
     out = trainer._update(trajs, 1)
     weights = full_state_dict(trainer.model)
     with open(os.path.join(out_dir, f"union_rank{rank}.json"), "w") as f:

@@ -4,10 +4,9 @@ update, whose advantages are whitened over the trainable tokens of the whole bat
 gets from the same update on the union of the two shares. One launch runs both (see tests/ddp_worker.py)."""
 import json
 import os
-import subprocess
-import sys
 
 import pytest
+from conftest import accelerate_launch
 import torch
 
 from agentgym_nb.rollout.trajectory import Trajectory
@@ -19,12 +18,7 @@ pytestmark = pytest.mark.timeout(900)
 @pytest.fixture(scope="module")
 def ddp_out(tmp_path_factory, nano_dir):
     out = tmp_path_factory.mktemp("ddp")
-    accelerate = os.path.join(os.path.dirname(sys.executable), "accelerate")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTGYM_NB_PRESET": "smoke"}
-    done = subprocess.run([accelerate, "launch", "--config_file", os.path.join(ROOT, "configs/accelerate/ddp_cpu_2proc.yaml"),
-                           os.path.join(ROOT, "tests/ddp_worker.py"), str(out)],
-                          env=env, capture_output=True, text=True, timeout=850)
-    assert done.returncode == 0, done.stderr[-3000:]
+    accelerate_launch("ddp_cpu_2proc", "ddp_worker", out, timeout=850)
     return out
 
 

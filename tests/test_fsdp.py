@@ -9,10 +9,9 @@ adds up as worked out in their comments."""
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
+from conftest import accelerate_launch
 import torch
 
 from agentgym_nb.config import PAPER_SCRIPTS, make_config
@@ -27,12 +26,7 @@ CONFIGS = os.path.join(ROOT, "configs", "accelerate")
 def fsdp_out(tmp_path_factory, nano_dir):
     """Slow but essential (~2 min of work; the two processes' imports take minutes more on a loaded machine)."""
     out = tmp_path_factory.mktemp("fsdp")
-    accelerate = os.path.join(os.path.dirname(sys.executable), "accelerate")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTGYM_NB_PRESET": "smoke"}
-    done = subprocess.run([accelerate, "launch", "--config_file", os.path.join(CONFIGS, "fsdp_cpu_2proc.yaml"),
-                           os.path.join(ROOT, "tests/fsdp_worker.py"), str(out)],
-                          env=env, capture_output=True, text=True, timeout=1100)
-    assert done.returncode == 0, done.stderr[-3000:]
+    accelerate_launch("fsdp_cpu_2proc", "fsdp_worker", out, timeout=1100)
     return out
 
 
