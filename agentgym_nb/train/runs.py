@@ -1,0 +1,135 @@
+"""Named training runs that notebooks and benchmarks share.
+
+A run's name carries a hash of the settings that change what it learns, so notebooks 04-07 and `bench/` agree on
+one folder per experiment: a run one of them trained is read back by the others instead of being trained again.
+
+    cfg = run_config("stepwise", [2, 4, 6], env="babyai", algorithm="rloo", seed=1, steps=40)
+    run = train_or_load(cfg)     # {"name", "cfg", "history", "start", "final"}
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import hashlib
+import json
+import os
+import shutil
+
+from ..config import RunConfig, make_config
+
+NOT_LEARNING = ("name", "out_dir", "threads")   # settings that do not change what a run learns
+SCHEDULES = ("fixed", "stepwise", "adaptive")
+
+
+def listed(value, what: str) -> list:
+    """A list parameter as papermill may pass it: a list, a JSON string ("[0, 1]"), "a,b", or one value."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            value = [v.strip() for v in value.split(",") if v.strip()]
+    value = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not value:
+        raise ValueError(f"{what} must name at least one value, e.g. {what}=[0, 1]")
+    return value
+
+
+def horizon(schedule: str, rounds: list[int], steps: int) -> dict:
+    """Config fields of a horizon schedule. `fixed` trains at rounds[0] at every step; it is written as a one-stage
+    ladder (stepwise [H] for all `steps`), which is the same schedule: rounds_at(step) = H."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}: use {', '.join(SCHEDULES)}")
+    if schedule == "fixed":
+        return dict(schedule="stepwise", rounds=[rounds[0]], rounds_every=steps)
+    return dict(schedule=schedule, rounds=list(rounds))
+
+
+def schedule_label(schedule: str, rounds: list[int]) -> str:
+    return f"{schedule}{'-'.join(map(str, rounds[:1] if schedule == 'fixed' else rounds))}"
+
+
+def learning_settings(config: dict) -> dict:
+    """The settings of a config (a dict, as in config.json) that change what a run learns and differ from
+    RunConfig's defaults, JSON-normalised (tuples become lists)."""
+    defaults = json.loads(json.dumps(dataclasses.asdict(RunConfig())))
+    config = json.loads(json.dumps(config))
+    return {k: v for k, v in config.items() if k not in NOT_LEARNING and k in defaults and v != defaults[k]}
+
+
+def named(cfg: RunConfig, label: str) -> RunConfig:
+    """cfg with the name <env>-<preset>-<algorithm>-<label>-s<seed>-<hash of the settings that change learning>.
+    Only settings that differ from RunConfig's defaults enter the hash: a new config field keeps old names valid."""
+    digest = hashlib.sha1(json.dumps(learning_settings(dataclasses.asdict(cfg)), sort_keys=True).encode()).hexdigest()[:6]
+    return dataclasses.replace(cfg, name=f"{cfg.env}-{cfg.preset}-{cfg.algorithm}-{label}-s{cfg.seed}-{digest}")
+
+
+def run_config(schedule: str, rounds: list[int], *, algorithm: str, seed: int, steps: int, preset: str | None = None,
+               env: str = "babyai", model: str | None = None, engine: str | None = None, threads: int | None = None,
+               **kw) -> RunConfig:
+    """The named config of one training run: the preset's settings for `env`, this horizon schedule, estimator,
+    seed and budget, and any other RunConfig field in `kw`. `threads` None: $OMP_NUM_THREADS, else all cores."""
+    threads = threads if threads is not None else int(os.environ.get("OMP_NUM_THREADS", 0))
+    cfg = make_config(preset=preset, env=env, model=model, engine=engine, algorithm=algorithm, seed=seed, steps=steps,
+                      threads=threads, **{**kw, **horizon(schedule, rounds, steps)})
+    return named(cfg, schedule_label(schedule, rounds))
+
+
+def finished(cfg: RunConfig) -> bool:
+    files = [os.path.join(cfg.run_dir, f) for f in ("eval_start.json", "eval_final.json", "metrics.jsonl")]
+    return all(map(os.path.exists, files)) and os.path.isdir(os.path.join(cfg.run_dir, "ckpt", f"step_{cfg.steps:05d}"))
+
+
+def identical_finished_run(cfg: RunConfig) -> str | None:
+    """Name of a finished run under outputs/runs with the same learning settings as cfg (whatever its name), or None."""
+    want = learning_settings(dataclasses.asdict(cfg))
+    for path in sorted(glob.glob(os.path.join(cfg.out_dir, "runs", "*", "config.json"))):
+        run_dir = os.path.dirname(path)
+        with open(path) as f:
+            same = learning_settings(json.load(f)) == want
+        if same and os.path.isdir(os.path.join(run_dir, "ckpt", f"step_{cfg.steps:05d}")):
+            return os.path.basename(run_dir)
+    return None
+
+
+def train_or_load(cfg: RunConfig, *, fresh: bool = False, desc: str | None = None) -> dict:
+    """Evaluate the starting policy, train, evaluate again (held-out items, the config's eval settings); or, when
+    outputs/runs/<name> already holds that finished run, just read it. An interrupted run resumes from its last
+    checkpoint. Returns {"name", "cfg", "history" (metrics per step), "start" and "final" (evaluation summaries)}."""
+    from tqdm.auto import tqdm
+
+    from .rl import Trainer
+
+    def path(f):
+        return os.path.join(cfg.run_dir, f)
+
+    if fresh:
+        shutil.rmtree(cfg.run_dir, ignore_errors=True)
+    if not finished(cfg):
+        trainer = Trainer(cfg, log=tqdm.write)
+        try:
+            if not os.path.exists(path("eval_start.json")):
+                if trainer.step:
+                    raise RuntimeError(f"{cfg.run_dir} resumed at step {trainer.step} without the evaluation of its "
+                                       "starting policy: set fresh=True to train it again")
+                _write_json(path("eval_start.json"), trainer.evaluate(tag="start"))
+            bar = tqdm(total=cfg.steps, initial=trainer.step, desc=desc or cfg.name)
+
+            def progress(m):
+                bar.update(1)
+                bar.set_postfix(H=m["max_rounds"], reward=f"{m['reward']:.3f}", success=f"{m['success']:.2f}")
+
+            trainer.fit(callback=progress)
+            bar.close()
+            _write_json(path("eval_final.json"), trainer.evaluate(tag="final"))
+        finally:
+            trainer.close()
+    with open(path("metrics.jsonl")) as f:
+        history = [m for m in map(json.loads, f) if m["step"] <= cfg.steps]
+    with open(path("eval_start.json")) as f, open(path("eval_final.json")) as g:
+        start, final = json.load(f), json.load(g)
+    return {"name": cfg.name, "cfg": cfg, "history": history, "start": start, "final": final}
+
+
+def _write_json(path: str, obj: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2)
