@@ -80,7 +80,9 @@ class RunConfig:
     lr: float = 1e-6
     weight_decay: float = 0.01
     grad_clip: float = 1.0
-    clip_ratio: float = 0.2
+    clip_ratio: float = 0.2              # PPO's epsilon (the lower one when clip_ratio_high is set)
+    clip_ratio_high: float | None = None  # upper epsilon (DAPO's clip-higher); None = clip_ratio
+    clip_ratio_c: float | None = None    # dual clip bound c > 1 for negative advantages (Ye et al. 2020); None = off
     kl_coef: float = 0.001               # KL to the frozen reference (0 disables the reference)
     kl_type: str = "low_var_kl"          # k1, k2 (mse), k3 (low_var_kl), abs
     kl_in_reward: bool = False           # KL as a per-token reward penalty (REINFORCE++, GAE) instead of a loss term
@@ -146,6 +148,9 @@ DOTTED_KEYS = {
     "actor_rollout_ref.actor.kl_loss_coef": "kl_coef",
     "actor_rollout_ref.actor.kl_loss_type": "kl_type",
     "actor_rollout_ref.actor.clip_ratio": "clip_ratio",
+    "actor_rollout_ref.actor.clip_ratio_low": "clip_ratio",
+    "actor_rollout_ref.actor.clip_ratio_high": "clip_ratio_high",
+    "actor_rollout_ref.actor.clip_ratio_c": "clip_ratio_c",
     "actor_rollout_ref.actor.entropy_coeff": "entropy_coef",
     "actor_rollout_ref.actor.ppo_epochs": "ppo_epochs",
     "actor_rollout_ref.actor.grad_clip": "grad_clip",
@@ -354,6 +359,12 @@ def validate(cfg: RunConfig) -> None:
     if cfg.kl_in_reward and cfg.algorithm not in ("reinforce_plus_plus", "gae"):
         raise ValueError(f"kl_in_reward puts the KL into per-token rewards, which only reinforce_plus_plus and gae "
                          f"use; {cfg.algorithm} scores whole episodes (use the KL loss: kl_in_reward=False)")
+    if not 0 < cfg.clip_ratio < 1 or (cfg.clip_ratio_high is not None and cfg.clip_ratio_high <= 0):
+        raise ValueError(f"PPO clipping needs 0 < clip_ratio < 1 and clip_ratio_high > 0 (or None), got "
+                         f"clip_ratio={cfg.clip_ratio!r}, clip_ratio_high={cfg.clip_ratio_high!r}")
+    if cfg.clip_ratio_c is not None and not cfg.clip_ratio_c > 1:
+        raise ValueError(f"clip_ratio_c (the dual clip bound) must be > 1, e.g. 3.0, or None to turn it off; "
+                         f"got {cfg.clip_ratio_c!r}")
     if not cfg.rounds or any(not isinstance(r, int) or r < 1 for r in cfg.rounds):
         raise ValueError(f"rounds must be a non-empty list of positive integers, got {cfg.rounds!r}")
     if cfg.schedule == "fixed" and len(cfg.rounds) != 1:

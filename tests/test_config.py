@@ -31,6 +31,10 @@ def test_agentgym_rl_keys_map_onto_fields():
     assert (cfg.schedule, cfg.rounds, cfg.rounds_every) == ("stepwise", [6, 13, 20], 100)
     assert cfg.max_tokens == 200 and cfg.lr == 1e-6 and cfg.samples_per_prompt == 8
     assert cfg.max_total_tokens == 1024 + 4096
+    clip = make_config(preset="cpu", overrides=["actor_rollout_ref.actor.clip_ratio_low=0.2",
+                                                "actor_rollout_ref.actor.clip_ratio_high=0.28",
+                                                "actor_rollout_ref.actor.clip_ratio_c=3.0"])
+    assert (clip.clip_ratio, clip.clip_ratio_high, clip.clip_ratio_c) == (0.2, 0.28, 3.0)
 
 
 def test_paper_preset_follows_the_scalinginter_scripts():
@@ -49,6 +53,8 @@ def test_paper_preset_follows_the_scalinginter_scripts():
     (dict(overrides=["rounds=[3,-1]"]), "positive integers"),
     (dict(algorithm="ppo2"), "unknown algorithm"),
     (dict(overrides=["test_items=[0,10]"]), "overlap"),
+    (dict(overrides=["actor_rollout_ref.actor.clip_ratio_c=0.5"]), "the dual clip bound"),
+    (dict(overrides=["clip_ratio=1.5"]), "0 < clip_ratio < 1"),
 ])
 def test_bad_input_names_what_is_wrong(kwargs, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("[", r"\[")):

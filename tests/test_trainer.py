@@ -116,6 +116,34 @@ def test_every_estimator_updates_the_policy(tmp_path, nano_dir, algorithm, extra
         assert trainer._update(trajs, 2)["kl"] > 0   # the policy moved away from the reference
 
 
+def test_the_trainer_loss_applies_the_configured_clip_and_dual_clip(tmp_path, nano_dir):
+    """Every sampled token with ratio e^5 ~ 148.4 and advantage -1: PPO's per-token loss is max(148.4, 1.2) = 148.4;
+    the dual clip bound c = 3 caps it at -A * c = 3 (Ye et al. 2020). With A = +1 the clipped term wins:
+    -min(148.4, 1 + eps_high) = -(1 + eps_high), so clip_ratio_high = 0.28 gives -1.28."""
+    from agentgym_nb.rollout.trajectory import collate
+    from agentgym_nb.train.common import token_logprobs
+    trainer = Trainer(smoke_config(tmp_path, "clip", engine="hf", clip_ratio_high=0.28, clip_ratio_c=3.0),
+                      log=lambda *a: None)
+    batch = collate(real_rollouts_with_known_scores(trainer), trainer.tokenizer.pad_token_id)
+    mask = batch["loss_mask"]
+    with torch.no_grad():
+        logp = token_logprobs(trainer.model, batch["input_ids"], batch["attention_mask"])
+
+    def pg_loss(adv_sign: float, **cfg_changes) -> dict:
+        for k, v in cfg_changes.items():
+            setattr(trainer.cfg, k, v)
+        per_token = {"old_logp": logp - 5.0, "ref_logp": logp, "adv": adv_sign * mask.float(),
+                     "old_values": torch.zeros_like(logp), "returns": torch.zeros_like(logp)}
+        with torch.no_grad():
+            return trainer._loss(batch, per_token, int(mask.sum()), int((mask.sum(-1) > 0).sum()))[1]
+
+    dual = pg_loss(-1.0)
+    assert dual["pg_loss"] == pytest.approx(3.0, rel=1e-4) and dual["dual_clip_frac"] == pytest.approx(1.0)
+    assert pg_loss(-1.0, clip_ratio_c=None)["pg_loss"] == pytest.approx(float(torch.exp(torch.tensor(5.0))), rel=1e-4)
+    assert pg_loss(+1.0)["pg_loss"] == pytest.approx(-1.28, rel=1e-4)
+    assert pg_loss(+1.0, clip_ratio_high=None)["pg_loss"] == pytest.approx(-1.2, rel=1e-4)
+
+
 def test_lora_trains_adapters_only_and_the_engine_samples_the_merged_model(tmp_path, nano_dir):
     trainer = Trainer(smoke_config(tmp_path, "lora", engine="hf", lora_rank=4, lr=5e-3), log=lambda *a: None)
     model = trainer.accelerator.unwrap_model(trainer.model)

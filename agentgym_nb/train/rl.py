@@ -244,7 +244,7 @@ class Trainer:
                      "returns": returns if returns is not None else old_values}
         t_logprob = time.perf_counter() - t0
         rng = random.Random(cfg.seed * 7_919 + step)
-        sums = {"pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "grad_norm": 0.0}
+        sums = {"pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "dual_clip_frac": 0.0, "grad_norm": 0.0}
         if self.critic is not None:
             sums.update(value_loss=0.0, value_clip_frac=0.0)
         n_updates, tokens_seen = 0, 0
@@ -301,10 +301,12 @@ class Trainer:
         with self.accelerator.autocast():
             logp, entropy = token_logprobs(self.model, mb["input_ids"], mb["attention_mask"],
                                            temperature=cfg.temperature, with_entropy=True)
-        pg, info = policy_loss(logp, old_logp, adv, m, clip_ratio=cfg.clip_ratio, **agg)
+        pg, info = policy_loss(logp, old_logp, adv, m, clip_ratio=cfg.clip_ratio, clip_ratio_high=cfg.clip_ratio_high,
+                               dual_clip_c=cfg.clip_ratio_c, **agg)
         ent = aggregate(entropy, m, cfg.loss_agg, global_tokens=global_tokens, global_seqs=global_seqs)
         loss = pg - cfg.entropy_coef * ent
-        parts = {"pg_loss": pg.item(), "entropy": ent.item(), "clip_frac": info["clip_frac"] * share, "kl": 0.0}
+        parts = {"pg_loss": pg.item(), "entropy": ent.item(), "clip_frac": info["clip_frac"] * share, "kl": 0.0,
+                 "dual_clip_frac": info["dual_clip_frac"] * share}
         if self.ref is not None:
             kl = aggregate(kl_penalty(logp, ref_logp, cfg.kl_type), m, cfg.loss_agg, global_tokens=global_tokens,
                            global_seqs=global_seqs)
