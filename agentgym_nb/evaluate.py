@@ -187,7 +187,7 @@ def evaluate(engine, env_factory: Callable, item_ids: list[int], chat, *, n: int
              params=None, max_total_tokens: int = 4096, env_timeout: float = 60.0, max_concurrency: int = 64,
              trajectories_out: list | None = None, ks: Sequence[int] | None = None, results_path: str | None = None,
              summary_path: str | None = None, chunk_items: int | None = None, resamples: int = 2000,
-             meta: dict | None = None) -> dict:
+             meta: dict | None = None, desc: str | None = None) -> dict:
     """Play `n` episodes of every item through `run_episodes` and summarise them (see `summarize`).
 
     Items run in fixed chunks of `chunk_items` (default: 64 episodes' worth with `results_path`, else one chunk;
@@ -200,6 +200,7 @@ def evaluate(engine, env_factory: Callable, item_ids: list[int], chat, *, n: int
 
     Greedy decoding is temperature 0 (n must be 1); sampled evaluation has params.seed (default 0) fixing the draws.
     `trajectories_out` receives the trajectories played in this call. The summary is also written to `summary_path`.
+    With `desc`, a progress bar of that name counts the episodes played.
     """
     from .rollout.engine import SamplingParams
     from .rollout.runner import run_episodes
@@ -226,17 +227,24 @@ def evaluate(engine, env_factory: Callable, item_ids: list[int], chat, *, n: int
     done = _open_results(results_path, header) if results_path else {}
     todo = [c for c in range(len(chunks)) if c not in done]
     categories = _categories(env_factory, [item_ids[p] for c in todo for p in chunks[c]]) if todo else {}
+    bar = None
+    if desc and todo:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=n * sum(len(chunks[c]) for c in todo), desc=desc, unit="episode")
     for c in todo:
         positions = chunks[c]
         trajs = run_episodes(engine, env_factory, [item_ids[p] for p in positions], chat, n=n, max_rounds=max_rounds,
                              params=params, max_total_tokens=max_total_tokens, env_timeout=env_timeout,
-                             max_concurrency=max_concurrency, first_episode=positions[0] * n)
+                             max_concurrency=max_concurrency, first_episode=positions[0] * n,
+                             on_episode=None if bar is None else (lambda t: bar.update(1)))
         if trajectories_out is not None:
             trajectories_out.extend(trajs)
         records = [_record(t, positions[t.group], c, categories[t.item_id]) for t in trajs]
         done[c] = sorted(records, key=_canonical)
         if results_path:
             _append_chunk(results_path, c, done[c])
+    if bar is not None:
+        bar.close()
     records = [r for c in sorted(done) for r in done[c]]
     summary = summarize(records, n=n, ks=ks, max_rounds=max_rounds, resamples=resamples)
     summary.update(temperature=params.temperature, seed=params.seed)

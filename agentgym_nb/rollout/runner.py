@@ -66,13 +66,14 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
                  n: int = 1, max_rounds: int = 10, params: SamplingParams | None = None,
                  max_total_tokens: int = 4096, max_concurrency: int = 64, env_timeout: float = 60.0,
                  threads: int | None = None, stats: RolloutStats | None = None,
-                 first_episode: int = 0) -> list[Trajectory]:
+                 first_episode: int = 0, on_episode: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
     """Play `n` episodes of every item (group id = position of the item in `item_ids`); return them in that order.
     Episode j (item j // n) samples with turn_seed(params.seed, first_episode + j, turn): a long list played in
     chunks samples exactly what it would in one call when each chunk passes its offset.
 
     An episode ends when the env says done, after `max_rounds` replies (the horizon), when the next reply cannot
-    fit in `max_total_tokens` (truncated), or when the env fails (failed).
+    fit in `max_total_tokens` (truncated), or when the env fails (failed). `on_episode(trajectory)` is called as each
+    episode ends (a progress bar).
     """
     if max_rounds < 1:
         raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
@@ -108,6 +109,8 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
         finished.append(ep.traj)
         stats.episodes += 1
         stats.policy_tokens += ep.traj.num_policy_tokens
+        if on_episode is not None:
+            on_episode(ep.traj)
 
     try:
         while todo or waiting or ready:

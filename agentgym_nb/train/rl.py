@@ -464,7 +464,7 @@ class Trainer:
         result = evaluate(self.engine, self.env_factory, item_ids, self.chat, n=n or cfg.eval_samples,
                           max_rounds=max_rounds or cfg.eval_rounds, params=params,
                           max_total_tokens=cfg.max_total_tokens, env_timeout=cfg.env_timeout,
-                          max_concurrency=cfg.max_envs, trajectories_out=trajs_out)
+                          max_concurrency=cfg.max_envs, trajectories_out=trajs_out, desc=f"evaluate ({tag})")
         write_rollout_log(os.path.join(cfg.run_dir, "rollouts", f"{tag}.jsonl"), trajs_out, tag=tag)
         return result
 
