@@ -14,6 +14,7 @@ import requests
 from scienceworld.constants import ID2TASK
 
 from agentgym_nb.envs import EnvError, EnvStateError, connect, item_ids, make
+from agentgym_nb.envs.base import MAX_ACTION_CHARS
 from agentgym_nb.envs.http import make_app
 from agentgym_nb.envs.sciworld import (EXCLUDED, INSTRUCTION, JVMS, NO_MATCH, NUM_GAMES, TASKS, SciWorld, SciWorldHTTP,
                                        game, item_id_of, item_lists)
@@ -269,8 +270,10 @@ def test_server_robustness(server):
     assert bad.status_code == 422 and "json" in bad.text.lower()
     assert requests.post(f"{url}/reset", json={"id": env_id}, timeout=30).status_code == 422
     post(url, "reset", {"id": env_id, "data_idx": LIFESPAN})
-    huge = post(url, "step", {"id": env_id, "action": "open " + "x" * 2**20})
-    assert huge == {"observation": NO_MATCH, "reward": 0, "score": 0, "done": False}
+    huge = "open " + "x" * 2**20  # a megabyte: refused with a clear error before it reaches the JVM
+    assert post(url, "step", {"id": env_id, "action": huge}) == {
+        "error": f"sciworld: the action has {len(huge):,} characters; at most {MAX_ACTION_CHARS:,} are accepted "
+                 "(a model reply is a few thousand)"}
     assert post(url, "step", {"id": env_id, "action": "open door to outside"})["observation"] == "The door is now open."
 
     # the JVM cap: envs beyond it are refused at /create, with the way to raise it; closing one frees a JVM

@@ -18,9 +18,10 @@ import requests
 
 from agentgym_nb.envs.http import free_ports
 from agentgym_nb.envs import EnvError, EnvStateError, connect, item_ids, make
+from agentgym_nb.envs.base import MAX_ACTION_CHARS
 from agentgym_nb.envs.http import make_app
-from agentgym_nb.envs.searchqa import (ACTION, CORRECT, INCORRECT, INSTRUCTION, INVALID, MAX_ACTION_CHARS, PROMPT,
-                                       DenseRetriever, SearchQA, information)
+from agentgym_nb.envs.searchqa import (ACTION, CORRECT, INCORRECT, INSTRUCTION, INVALID, PROMPT, DenseRetriever,
+                                       SearchQA, information)
 from agentgym_nb.envs.searchqa_corpus import build, contains_answer, normalize_answer
 from conftest import loopback_server
 

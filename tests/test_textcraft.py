@@ -12,10 +12,10 @@ import pytest
 import requests
 
 from agentgym_nb.envs import EnvError, EnvStateError, connect, item_ids, make
-from agentgym_nb.envs.base import ACKNOWLEDGEMENT, MULTIPLE_ACTIONS
+from agentgym_nb.envs.base import ACKNOWLEDGEMENT, MAX_ACTION_CHARS, MULTIPLE_ACTIONS
 from agentgym_nb.envs.http import make_app
-from agentgym_nb.envs.textcraft import (INSTRUCTION, MAX_ACTION_CHARS, TextCraft, commands, crafting_tree,
-                                        expert_replies, first_observation, goal_of, split)
+from agentgym_nb.envs.textcraft import (INSTRUCTION, TextCraft, commands, crafting_tree, expert_replies,
+                                        first_observation, goal_of, split)
 from conftest import loopback_server
 
 pytestmark = pytest.mark.timeout(120)
@@ -369,7 +369,8 @@ def test_server_errors_and_robustness(server):
     assert requests.post(f"{url}/step", json={"id": env_id}, timeout=30).status_code == 422
     huge = "craft 1 x using " + "1 a, " * (1 << 18)  # over a megabyte
     assert post("step", {"id": env_id, "action": huge}) == (200, {
-        "error": f"action too long: {len(huge)} characters (limit {MAX_ACTION_CHARS})"})
+        "error": f"textcraft: the action has {len(huge):,} characters; at most {MAX_ACTION_CHARS:,} are accepted "
+                 "(a model reply is a few thousand)"})
     assert post("step", {"id": env_id, "action": "inventory"}) == (200, {
         "observation": "Inventory: You are not carrying anything.", "reward": 0, "done": False})
     assert post("close", {"id": env_id}) == (200, True)

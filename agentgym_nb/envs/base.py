@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 
 ACKNOWLEDGEMENT = "OK. I'll follow your instructions and try my best to solve the task."
 MULTIPLE_ACTIONS = "Error: Only one 'Action' is allowed per response. Please adjust your response."
+# A model's reply is a few thousand characters (4,096 tokens, AgentGym's longest setting, is ~20k); far longer input
+# is a client bug, refused before it reaches a parser, a retriever or a simulator's JVM.
+MAX_ACTION_CHARS = 65_536
 
 
 @dataclass
@@ -28,6 +31,18 @@ class EnvError(RuntimeError):
 
 class EnvStateError(RuntimeError):
     """The caller used an episode out of order: step() before reset(), after done, or after close()."""
+
+
+class ActionTooLong(ValueError):
+    """An action longer than MAX_ACTION_CHARS. No model writes one, so it is an error, not an invalid action."""
+
+
+def check_action_length(env_name: str, action: str) -> str:
+    """`action`, or ActionTooLong naming the env and both lengths."""
+    if len(action) > MAX_ACTION_CHARS:
+        raise ActionTooLong(f"{env_name}: the action has {len(action):,} characters; at most {MAX_ACTION_CHARS:,} "
+                            "are accepted (a model reply is a few thousand)")
+    return action
 
 
 class InvalidAction(Exception):

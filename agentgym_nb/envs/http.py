@@ -274,6 +274,9 @@ class HTTPEnv(Env):
         except requests.RequestException as error:
             raise EnvError(f"cannot reach {self.name} server {url}: {error.__class__.__name__}: {error}") from None
         if answer.status_code != 200:
+            # uvicorn closes the connection after an unhandled exception (AgentGym's SearchQA answers every failure
+            # so): reusing it would make the next request fail with "connection reset". Start afresh.
+            self.session.close()
             raise EnvError(f"{self.name} server {url} answered HTTP {answer.status_code}: {answer.text[:300]}")
         try:
             data = answer.json()

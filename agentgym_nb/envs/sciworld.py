@@ -38,7 +38,7 @@ from py4j.protocol import Py4JError
 from scienceworld import ScienceWorldEnv
 from scienceworld.constants import BASEPATH, ID2TASK, JAR_PATH
 
-from .base import Env, EnvError, EnvStateError, Step, check_item_id
+from .base import Env, EnvError, EnvStateError, Step, check_action_length, check_item_id
 from .http import HTTPEnv, IdBody, ResetBody, StepBody, answer, running
 
 INSTRUCTION = (
@@ -288,6 +288,7 @@ class SciWorld(Env):
 
     def act(self, action: str) -> Step:
         self.check_running()
+        check_action_length(self.name, action)  # before py4j copies it into the JVM and scienceworld parses it
         try:
             observation, reward, done, info = self.sim.step(action)
         except Py4JError as error:

@@ -43,7 +43,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from . import searchqa_corpus
-from .base import Env, EnvStateError, Step, check_item_id
+from .base import ActionTooLong, Env, EnvStateError, Step, check_action_length, check_item_id
 from .http import HTTPEnv
 from .searchqa_corpus import normalize_answer
 
@@ -73,12 +73,6 @@ INVALID = ("Your previous action is invalid. If you want to search, you should p
 ACTION = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 TOP_K = 3  # AgentGym hard-codes num=3
-# A reply of 4,096 tokens (AgentGym's longest setting) is ~20k characters; far longer input is a client bug.
-MAX_ACTION_CHARS = 65_536
-
-
-class ActionTooLong(ValueError):
-    pass
 
 
 # ---------------------------------------------------------------- corpus and retrieval
@@ -369,9 +363,7 @@ class SearchQA(Env):
 
     def respond(self, action: str) -> tuple[str, float, bool, str]:
         """(observation, reward, done, the deciding tag) for a reply; changes nothing (AgentGym's `step`)."""
-        if len(action) > MAX_ACTION_CHARS:
-            raise ActionTooLong(f"searchqa: the action has {len(action):,} characters; at most {MAX_ACTION_CHARS:,} "
-                                "are accepted (a model reply is a few thousand)")
+        check_action_length(self.name, action)
         match = ACTION.search(action)
         if match is None:
             return INVALID, 0.0, False, ""

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from fastapi import FastAPI
 from pydantic import BaseModel
 
-from .base import Env, InvalidAction, Step, check_item_id, react_action
+from .base import Env, InvalidAction, Step, check_action_length, check_item_id, react_action
 from .http import EnvPool, HTTPEnv, answer
 
 INSTRUCTION = (
@@ -64,7 +64,6 @@ INSTRUCTION = (
 VERSION = "1.16.5"
 SEED = 42  # AgentGym's reset(seed=42)
 MAX_DISTRACTORS = 10
-MAX_ACTION_CHARS = 100_000  # the server refuses longer actions (a model's turn is a few hundred tokens)
 
 WOODS = ("oak", "spruce", "birch", "jungle", "acacia", "dark_oak")
 STEMS = ("crimson", "warped")
@@ -457,8 +456,7 @@ def http_routes(app: FastAPI, pool: EnvPool, cls: type[Env]) -> None:
     @app.post("/step")
     def step(body: StepBody):
         def handle():
-            if len(body.action) > MAX_ACTION_CHARS:
-                raise ValueError(f"action too long: {len(body.action)} characters (limit {MAX_ACTION_CHARS})")
+            check_action_length(cls.name, body.action)
             with pool.use(body.id) as env:
                 if env.phase == "new":
                     raise ValueError(f"The environment {body.id} has not been reset; POST /reset first.")

@@ -1163,7 +1163,9 @@ def _http_client():
             return self._local.category(item_id)
 
         def _close(self) -> None:
-            self._call("POST", "close", {"env_idx": self.env_id})
+            closed = self._call("POST", "close", {"env_idx": self.env_id}).get("closed")
+            if closed != "closed":  # AgentGym reports a failed close (time-out, error) in the answer, at HTTP 200
+                raise EnvError(f"webarena server {self.url}/close failed: {closed}")
 
     return WebArenaHTTPEnv
 
