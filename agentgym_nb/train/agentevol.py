@@ -51,7 +51,7 @@ def agentevol(model_dir: str, data: list[dict] | str, *, env: str, explore_items
               iterations: int = 4, samples_per_item: int = 3, max_rounds: int = 20, temperature: float = 1.0,
               max_tokens: int = 256, max_total_tokens: int = 4096, engine: Engine | None = None,
               env_factory: Callable | None = None, lora_r: int = 0, lora_alpha: int = 16, epochs: int = 1,
-              batch_size: int = 32, micro_batch_tokens: int = 8192, lr: float = 1e-5, bf16: bool = True,
+              batch_size: int = 32, micro_batch_tokens: int = 8192, lr: float = 1e-5, bf16: bool | None = None,
               eval_items: list[int] = (), seed: int = 0, log=print):
     """Run AgentEvol from the model in `model_dir` on `data` (records or a .json/.jsonl file in AgentGym's or our
     rollout-log format). Each iteration trains a fresh copy of the base model (LoRA of rank `lora_r`, or full

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ..rollout.trajectory import ChatFormat, Trajectory, collate
-from .common import micro_batches, token_logprobs
+from .common import autocast, micro_batches, token_logprobs
 from .sft import PROMPT_TURNS, check_record, item_index, to_trajectory
 
 
@@ -85,18 +85,18 @@ def pair_trajectories(chat: ChatFormat, pair: dict, where: str = "pair") -> tupl
     return out[0], out[1]
 
 
-def sequence_logprobs(model, batch: dict[str, torch.Tensor], *, bf16: bool = True) -> torch.Tensor:
+def sequence_logprobs(model, batch: dict[str, torch.Tensor], *, bf16: bool | None = None) -> torch.Tensor:
     """sum_t loss_mask[b,t] * log pi(x[b,t] | x[b,<t]) for every row b: [B]."""
     device = next(model.parameters()).device
     batch = {k: v.to(device) for k, v in batch.items()}
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+    with autocast(device.type, bf16):
         logp = token_logprobs(model, batch["input_ids"], batch["attention_mask"])
     return (logp * batch["loss_mask"]).sum(-1)
 
 
 def dpo(model, pairs: list[dict], chat: ChatFormat, *, ref_model=None, beta: float = 0.5, epochs: int = 3,
         batch_pairs: int = 64, micro_batch_tokens: int = 8192, lr: float = 5e-7, weight_decay: float = 0.1,
-        grad_clip: float = 1.0, bf16: bool = True, seed: int = 0, log=print) -> list[dict]:
+        grad_clip: float = 1.0, bf16: bool | None = None, seed: int = 0, log=print) -> list[dict]:
     """Train `model` (full, or its LoRA adapters after `common.add_lora`) with multi-turn DPO on `pairs`.
 
     The reference is `ref_model`, or by default the model itself as it is before training (AgentGym's reference is
@@ -149,7 +149,7 @@ def dpo(model, pairs: list[dict], chat: ChatFormat, *, ref_model=None, beta: flo
 
 @torch.no_grad()
 def _reference_logprobs(model, seqs: list[tuple[Trajectory, Trajectory]], pad: int, micro_batch_tokens: int,
-                        bf16: bool) -> torch.Tensor:
+                        bf16: bool | None) -> torch.Tensor:
     """[P, 2]: the reference's sequence log-probs of (chosen, rejected) for every pair."""
     was_training = model.training
     model.eval()

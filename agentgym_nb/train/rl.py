@@ -33,8 +33,8 @@ from ..config import RunConfig, item_pool, round_schedule
 from ..rollout.engine import SamplingParams, make_engine
 from ..rollout.runner import RolloutStats, run_episodes, write_rollout_log
 from ..rollout.trajectory import ChatFormat, collate
-from .common import (add_lora, full_state_dict, merged_state_dict, micro_batches, set_threads, shard,
-                     token_logprobs, trim)
+from .common import (add_lora, full_state_dict, merged_state_dict, micro_batches, native_bf16, set_threads,
+                     shard, token_logprobs, trim)
 
 
 class Critic(torch.nn.Module):
@@ -72,6 +72,9 @@ class Trainer:
         self.chat = ChatFormat(self.tokenizer)
         self.accelerator = Accelerator(cpu=not torch.cuda.is_available(),
                                        mixed_precision="bf16" if cfg.bf16 else "no")
+        if cfg.bf16 and not native_bf16():
+            log("warning: bf16=True on hardware without bf16 kernels: autocast emulates it, several times slower "
+                "than fp32 (bf16=False is faster here)")
         self.sharding = sharding_of(self.accelerator)
         check_rollout_tp(cfg.rollout_tp, self.accelerator.num_processes,
                          torch.cuda.device_count() if torch.cuda.is_available() else None)

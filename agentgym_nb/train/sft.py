@@ -22,7 +22,7 @@ import time
 import torch
 
 from ..rollout.trajectory import PROMPT, ChatFormat, Trajectory, collate
-from .common import merged_state_dict, micro_batches, token_logprobs, trim
+from .common import autocast, merged_state_dict, micro_batches, token_logprobs, trim
 
 SPEAKERS = {"human": "user", "gpt": "assistant"}     # AgentGym's `from` -> chat-template role
 PROMPT_TURNS = 3                                      # instruction, acknowledgement, first observation
@@ -164,7 +164,7 @@ def sft_loss(logp: torch.Tensor, loss_mask: torch.Tensor, num_tokens: int) -> to
 
 def sft(model, trajectories: list[Trajectory], chat: ChatFormat, *, epochs: int = 1, batch_size: int = 32,
         micro_batch_tokens: int = 8192, lr: float = 1e-5, weight_decay: float = 0.0, grad_clip: float = 1.0,
-        bf16: bool = True, seed: int = 0, log=print) -> list[dict]:
+        bf16: bool | None = None, seed: int = 0, log=print) -> list[dict]:
     """Fine-tune `model` (full, or only its LoRA adapters after `common.add_lora`: only parameters with
     requires_grad train) on `trajectories` for `epochs` shuffled passes of `batch_size` trajectories per optimizer
     step. Defaults are AgentGym's BC settings for 7B models (lr 1e-5, 32 sequences a step, clip 1); a nano model
@@ -195,7 +195,7 @@ def sft(model, trajectories: list[Trajectory], chat: ChatFormat, *, epochs: int 
     return history
 
 
-def _sft_step(model, params, opt, batch, micro_batch_tokens: int, grad_clip: float, bf16: bool):
+def _sft_step(model, params, opt, batch, micro_batch_tokens: int, grad_clip: float, bf16: bool | None):
     device = params[0].device
     num_tokens = int(batch["loss_mask"].sum())
     lengths = batch["attention_mask"].sum(-1).tolist()
@@ -204,7 +204,7 @@ def _sft_step(model, params, opt, batch, micro_batch_tokens: int, grad_clip: flo
     total = 0.0
     for micro in micro_batches([lengths[i] for i in by_length], micro_batch_tokens):
         mb = {k: v.to(device) for k, v in trim(batch, [by_length[i] for i in micro]).items()}
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        with autocast(device.type, bf16):
             logp = token_logprobs(model, mb["input_ids"], mb["attention_mask"])
         loss = sft_loss(logp, mb["loss_mask"], num_tokens)
         loss.backward()
@@ -221,7 +221,7 @@ def behaviour_cloning(model, demos: list[Trajectory], chat: ChatFormat, *, env_n
                       batch_tokens: int = 12288, lr: float = 2e-3, check_every: int = 100, val_items: list[int] = (),
                       max_envs: int = 64,
                       target_success: float = 1.1, max_rounds: int = 6, max_total_tokens: int = 2048,
-                      bf16: bool = True, seed: int = 0, log=print) -> list[dict]:
+                      bf16: bool | None = None, seed: int = 0, log=print) -> list[dict]:
     """Clone `demos`; every `check_every` steps sample (T=1) episodes on `val_items` with `engine` (after syncing
     the current weights into it; default: an HFEngine on the model itself) and stop once the success rate reaches
     `target_success`. Returns the history of checks."""
@@ -240,7 +240,7 @@ def behaviour_cloning(model, demos: list[Trajectory], chat: ChatFormat, *, env_n
     for step in range(1, max_steps + 1):
         model.train()
         batch = collate(_similar_lengths(demos, batch_tokens, rng), pad)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        with autocast("cpu", bf16):
             logp = token_logprobs(model, batch["input_ids"], batch["attention_mask"])
         loss = sft_loss(logp, batch["loss_mask"], int(batch["loss_mask"].sum()))
         opt.zero_grad()
