@@ -96,8 +96,8 @@ class RunConfig:
     mini_batches: int = 1                # optimizer steps per epoch over one rollout batch
     micro_batch_tokens: int = 8192       # gradient accumulation unit (tokens, padded)
     lora_rank: int = 0                   # 0 = full fine-tuning
-    bf16: bool = False                   # bf16 autocast for the trainer's forward/backward (the cpu preset: where the
-                                         # CPU has bf16 kernels; emulated bf16 on AVX2 is ~12x slower than fp32)
+    bf16: bool = False                   # bf16 autocast for the trainer's forward/backward (GPUs, large models; on an
+                                         # AVX2-only CPU bf16 is emulated: ~12x slower than fp32)
     gradient_checkpointing: bool = False  # recompute each block's activations in the backward pass (less memory)
     save_every: int = 10
     # evaluation
@@ -239,14 +239,13 @@ def preset_values(env: str, preset: str) -> dict[str, Any]:
                                        # x 56 KiB (Qwen2.5-7B: 28 layers x K, V x 512 x 2 bytes) = 18.4 GiB
     small = {"levels": BABYAI_CPU_LEVELS} if env == "babyai" else {}
     if preset == "cpu":
-        from .train.common import native_bf16   # bf16 autocast only where the CPU computes it (AVX-512)
         # lr 5e-4 with twice the prompts played and only groups with a reward spread trained (DAPO's dynamic
         # sampling): measured on the BabyAI nano, 2e-4 barely moved the policy in 24 steps and 1e-3 with 2 epochs
         # blew up the KL once the horizon reached 6.
         return dict(**small, **CPU_EPISODES[env], model="nano", prompts_per_step=8, samples_per_prompt=8,
                     oversample=2, filter_groups=True,
                     schedule="stepwise", rounds_every=12, steps=40, lr=5e-4, kl_coef=0.001, mini_batches=2,
-                    save_every=5, eval_items=100, bf16=native_bf16())
+                    save_every=5, eval_items=100, bf16=False)   # fp32: see models.build_nano
     return dict(**small, **SMOKE_EPISODES[env], model="nano", prompts_per_step=2, samples_per_prompt=2,
                 max_tokens=24, schedule="stepwise", rounds=[1, 2], rounds_every=1, steps=2, lr=1e-5, save_every=1,
                 eval_items=4, eval_rounds=2, micro_batch_tokens=2048)

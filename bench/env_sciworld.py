@@ -1,14 +1,14 @@
 """SciWorld: expert success on the shipped test items, steps/s in-process and over HTTP, server memory over many cycles.
 
-    .venv/bin/python bench/env_sciworld.py [--steps 10000] [--limit N]
+    .venv/bin/python bench/env_sciworld.py [--cycles 10000] [--steps-per-cycle 1] [--limit N]
 
 1. Expert: for every test item, scienceworld's gold actions as replies after reset(); success = score 100 (within
    scienceworld's 100-move limit; also counted within 30 replies, AgentGym-RL's SciWorld eval horizon).
 2. In-process steps/s: the env's lean step, against scienceworld's own ScienceWorldEnv.step (which lists all valid
    actions) on the same actions of one episode.
 3. HTTP: a server started by the CLI (`python -m agentgym_nb.envs serve sciworld`), driven like AgentGym's client
-   (create / reset / the parsed actions / close) until --steps steps were taken; steps/s, and the resident memory of
-   the server process plus its JVMs after the first cycle and at the end.
+   for --cycles create / reset / step(s) / close cycles; steps/s, and the resident memory of the server process plus
+   its JVMs after the first cycle, every 500 cycles and at the end (a JVM's heap grows up to -Xmx before it levels).
 Writes bench/results/env_sciworld.json and prints a summary. Timings on a shared 2-core machine are rough.
 """
 from __future__ import annotations
@@ -105,7 +105,10 @@ def agentgym_action(reply: str) -> str:
     return parts[1].strip() if len(parts) == 2 else ""
 
 
-def http_run(actions: dict[int, list[str]], total_steps: int) -> dict:
+def http_run(actions: dict[int, list[str]], cycles: int, steps_per_cycle: int) -> dict:
+    """`cycles` create/reset/step/close cycles over HTTP (AgentGym's client calls), each playing the first
+    `steps_per_cycle` expert actions of the next test item; the server's RSS (Python + its JVMs) after the first
+    cycle, after every 500 and at the end."""
     port = free_ports()
     url = f"http://127.0.0.1:{port}"
     server = subprocess.Popen([sys.executable, "-m", "agentgym_nb.envs", "serve", "sciworld", "--port", str(port)],
@@ -127,29 +130,32 @@ def http_run(actions: dict[int, list[str]], total_steps: int) -> dict:
             return data
 
         items = sorted(actions)
-        steps = cycles = 0
-        memory = []  # (steps so far, RSS) after the first cycle and then about every 1000 steps
+        steps = 0
+        memory = []  # (cycles so far, RSS)
         step_seconds = 0.0
         t0 = time.perf_counter()
-        while steps < total_steps:
-            item = items[cycles % len(items)]
+        for cycle in range(1, cycles + 1):
+            item = items[cycle % len(items)]
             env_id = session.post(f"{url}/create", timeout=300).json()["id"]  # AgentGym's client: no body
             post("reset", {"id": env_id, "data_idx": item})
-            for action in actions[item]:
+            for action in actions[item][:steps_per_cycle]:
                 t1 = time.perf_counter()
                 done = post("step", {"id": env_id, "action": action})["done"]
                 step_seconds += time.perf_counter() - t1
                 steps += 1
-                if done or steps >= total_steps:
+                if done:
                     break
             assert post("close", {"id": env_id}) is True
-            cycles += 1
-            if not memory or steps // 1000 > memory[-1][0] // 1000 or steps >= total_steps:
-                memory.append((steps, rss_mb(server.pid)))
+            if cycle == 1 or cycle % 500 == 0 or cycle == cycles:
+                memory.append((cycle, rss_mb(server.pid)))
         seconds = time.perf_counter() - t0
-        return {"cycles": cycles, "steps": steps, "seconds": seconds, "http_steps_per_s": steps / step_seconds,
-                "cycles_per_s": cycles / seconds, "server_rss_mb_after_first_cycle": memory[0][1],
-                "server_rss_mb_at_end": memory[-1][1], "rss_mb_by_steps": memory}
+        warm = next((m for c, m in memory if c >= 500), memory[0][1])
+        return {"cycles": cycles, "steps_per_cycle": steps_per_cycle, "steps": steps, "seconds": seconds,
+                "http_steps_per_s": steps / max(step_seconds, 1e-9), "cycles_per_s": cycles / seconds,
+                "server_rss_mb_after_first_cycle": memory[0][1], "server_rss_mb_after_500_cycles": warm,
+                "server_rss_mb_at_end": memory[-1][1],
+                "growth_mb_after_warmup": round(memory[-1][1]["total"] - warm["total"], 1),
+                "rss_mb_by_cycles": memory}
     finally:
         server.terminate()
         server.wait(timeout=60)
@@ -162,7 +168,8 @@ def main() -> None:
     from agentgym_nb.envs.sciworld import JAVA_OPTIONS, JVMS
 
     p = argparse.ArgumentParser()
-    p.add_argument("--steps", type=int, default=10_000, help="HTTP steps in total (create/reset/step/close cycles)")
+    p.add_argument("--cycles", type=int, default=10_000, help="create/reset/step/close cycles over HTTP")
+    p.add_argument("--steps-per-cycle", type=int, default=1, help="expert actions played per cycle")
     p.add_argument("--limit", type=int, default=None, help="only the first N test items (quick runs)")
     args = p.parse_args()
     items = item_ids("sciworld", "test")[: args.limit]
@@ -170,7 +177,7 @@ def main() -> None:
     JVMS.close_idle()
     sample = min(actions, key=lambda i: abs(len(actions[i]) - 20))  # a typical episode for the package comparison
     package = package_step_speed(sample, actions[sample])
-    http = http_run(actions, args.steps)
+    http = http_run(actions, args.cycles, args.steps_per_cycle)
     out = {"benchmark": "env_sciworld", "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                                                    "python": platform.python_version()},
            "versions": {"scienceworld": scienceworld.__version__, "java_options": list(JAVA_OPTIONS)},
@@ -182,7 +189,8 @@ def main() -> None:
     print(f"expert success {expert['success_rate']:.3f} on {expert['items']} test items; lean steps/s "
           f"{expert['lean_steps_per_s']:.0f}, package steps/s {package['package_steps_per_s']:.1f}; HTTP steps/s "
           f"{http['http_steps_per_s']:.0f} over {http['steps']} steps / {http['cycles']} cycles; server RSS "
-          f"{http['server_rss_mb_after_first_cycle']['total']} -> {http['server_rss_mb_at_end']['total']} MB")
+          f"{http['server_rss_mb_after_first_cycle']['total']} -> {http['server_rss_mb_after_500_cycles']['total']} "
+          f"(500 cycles) -> {http['server_rss_mb_at_end']['total']} MB")
 
 
 if __name__ == "__main__":
