@@ -1,6 +1,7 @@
 """WebArena env cost on real Chromium: steps/s, memory per live browser context, and memory over many episodes.
 
     .venv/bin/python bench/env_webarena.py [--episodes 1000] [--contexts 8] [--tasks 20]
+    .venv/bin/python bench/env_webarena.py --expert-check    # the expert over every generated task (20-50 min)
 
 1. speed: the expert's replies of `--tasks` offline tasks replayed in one env (reset, then every step).
 2. memory per live context: Chromium's proportional set size (PSS, shared pages split fairly) with `--contexts` envs
@@ -9,10 +10,15 @@
    reset + scroll + stop, closed); every 10% the RSS of this process, Chromium's RSS/PSS, its live processes and its
    zombies are sampled.
 Writes bench/results/env_webarena.json and prints a summary. Timings on a shared machine are rough.
+
+`--expert-check` instead plays the scripted expert through one env over every generated training task (ids from
+1000), checks that doing nothing (`stop []` at once) earns 0 on the navigation and content-changing ones, and notes
+string answers that are not in the final observation; writes bench/results/env_webarena_expert.json.
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import platform
@@ -80,7 +86,10 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=1000)
     parser.add_argument("--contexts", type=int, default=8)
     parser.add_argument("--tasks", type=int, default=20)
+    parser.add_argument("--expert-check", action="store_true", help="only: the expert over every generated task")
     args = parser.parse_args()
+    if args.expert_check:
+        return expert_check()
 
     # 1. speed
     items = item_ids("webarena", "train")[:args.tasks]
@@ -167,6 +176,62 @@ def main() -> None:
           f"{first['chromium_pss_mib']:.0f}->{warm['chromium_pss_mib']:.0f}->{last['chromium_pss_mib']:.0f} MiB "
           f"(samples {first['episodes']}, {warm['episodes']}, {last['episodes']}), max zombies sampled "
           f"{flat['max_zombies_sampled']}, chromium processes after shutdown {left} -> {path}")
+
+
+def expert_check() -> None:
+    from agentgym_nb.envs import make
+    from agentgym_nb.envs.web import tasks
+
+    env, t0 = make("webarena"), time.perf_counter()
+    rows, failures = [], []
+    for item in tasks.generated_ids():
+        task, config = tasks.task(item), tasks.config(item)
+        kind = config["eval"]["eval_types"][0]
+        row = {"item": item, "template": task.template_id, "sites": "+".join(task.sites), "kind": kind}
+        try:
+            if kind != "string_match":  # an empty answer cannot pass string_match; the start page might pass these
+                env.reset(item)
+                row["noop_reward"] = env.step(reply("stop []")).reward
+            row["actions"] = len(tasks.play(env, item))  # RuntimeError unless the plan earns reward 1
+            if kind == "string_match":
+                answers = config["eval"]["reference_answers"]
+                wanted = answers.get("must_include") or [answers.get("exact_match")]
+                row["answer_in_view"] = all(a.lower() in env.tree.lower() for a in wanted)
+        except Exception as error:  # noqa: BLE001  (report every failing task, not just the first)
+            row["error"] = f"{error.__class__.__name__}: {error}"
+            failures.append(row)
+        rows.append(row)
+        if len(rows) % 50 == 0:
+            print(f"{len(rows)} tasks, {time.perf_counter() - t0:.0f} s, {len(failures)} failures", file=sys.stderr,
+                  flush=True)
+    env.close()
+    seconds = time.perf_counter() - t0
+    solved = [r for r in rows if "error" not in r]
+    per_template = {}
+    for r in rows:
+        entry = per_template.setdefault(r["template"], {"tasks": 0, "solved": 0, "actions": [], "sites": r["sites"]})
+        entry["tasks"] += 1
+        if "error" not in r:
+            entry["solved"] += 1
+            entry["actions"].append(r["actions"])
+    for entry in per_template.values():
+        actions = entry.pop("actions")
+        entry["actions_min_median_max"] = [min(actions), statistics.median(actions), max(actions)] if actions else []
+    out = {"benchmark": "env_webarena_expert",
+           "machine": {"cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0]},
+           "tasks": len(rows), "solved": len(solved), "seconds": round(seconds, 1),
+           "per_site": dict(sorted(collections.Counter(r["sites"] for r in rows).items())),
+           "per_kind": dict(sorted(collections.Counter(r["kind"] for r in rows).items())),
+           "actions_histogram": dict(sorted(collections.Counter(r["actions"] for r in solved).items())),
+           "per_template": dict(sorted(per_template.items())),
+           "noop_passes": [r["item"] for r in rows if r.get("noop_reward", 0) > 0],
+           "answer_not_in_view": [(r["item"], r["template"]) for r in rows if r.get("answer_in_view") is False],
+           "failures": failures}
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "env_webarena_expert.json")
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+    print(f"expert solved {len(solved)}/{len(rows)} generated tasks in {seconds:.0f} s; stop-at-once passes "
+          f"{len(out['noop_passes'])}; string answers not in view {len(out['answer_not_in_view'])} -> {path}")
 
 
 async def _drop_idle(pool) -> None:

@@ -2,12 +2,18 @@
 AgentGym webarena wire format, and robustness (crashed browser, pages that never load, no leaked processes).
 
 Every browser test shares the process's one Chromium. `test_expert_solves_every_task` is slow but essential: it
-plays all 82 offline tasks through the browser (about 350 steps on three envs at once: ~80 s on our shared 2-core
-machine at load ~10).
+plays all 82 hand-written offline tasks through the browser (about 350 steps on three envs at once: ~80 s on our
+shared 2-core machine at load ~10). The ~900 generated training tasks are checked by a sample, one per template (all
+of them: `bench/env_webarena.py --expert-check`).
 """
+import collections
+import hashlib
 import json
+import os
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -78,8 +84,9 @@ def test_instruction_items_and_categories():
     assert wa.INSTRUCTION.endswith("6. Issue stop action when you think you have achieved the objective. Don't "
                                    "generate anything after stop.")
     train, test = item_ids("webarena", "train"), item_ids("webarena", "test")
-    assert len(train) + len(test) == len(tasks.TASKS) >= 60 and not set(train) & set(test)
-    assert sorted(train + test) == list(range(len(tasks.TASKS)))
+    assert len(tasks.TASKS) >= 60 and not set(train) & set(test)
+    assert sorted(train + test) == list(range(len(tasks.TASKS))) + tasks.generated_ids()
+    assert tasks.split() == {"train": train, "test": test}  # what `python -m agentgym_nb.envs.web.tasks` writes
     test_templates = {tasks.TASKS[i].template_id for i in test}
     assert all(tasks.TASKS[i].template_id in test_templates for i in test)
     assert {env.category(i) for i in train + test} == {"shopping", "reddit", "shopping+reddit"}
@@ -101,6 +108,61 @@ def test_shipped_configs_are_webarena_configs_written_by_the_generator():
     assert min(kinds.values()) >= 15, kinds
     lengths = sorted(len(task.plan) for task in tasks.TASKS)
     assert lengths[0] <= 2 and lengths[-1] >= 9  # short and long horizons
+
+
+GENERATED_DIGEST = ("import hashlib, json; from agentgym_nb.envs.web import tasks; "
+                    "print(hashlib.sha256(json.dumps([(tasks.config(i), repr(tasks.task(i).plan)) "
+                    "for i in tasks.generated_ids()]).encode()).hexdigest())")
+
+
+def planned_actions(task: tasks.Task) -> int:
+    """Actions of a plan before any scrolling: a Replace is four (click, select all, delete, type), a Read none."""
+    return sum(4 if isinstance(s, tasks.Replace) else 0 if isinstance(s, tasks.Read) else 1 for s in task.plan)
+
+
+def test_generated_tasks_are_deterministic_new_and_never_near_a_test_task():
+    generated = tasks.generated_ids()
+    assert 600 <= len(generated) <= 1000 and generated == list(range(1000, 1000 + len(generated)))
+    # the same tasks in any process, whatever the hash seed; built in memory, not written to config_files
+    here = subprocess.run([sys.executable, "-c", GENERATED_DIGEST], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONHASHSEED": "1"}).stdout.strip()
+    there = subprocess.run([sys.executable, "-c", GENERATED_DIGEST], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": "2"}).stdout.strip()
+    assert here == there == hashlib.sha256(json.dumps(
+        [(tasks.config(i), repr(tasks.task(i).plan)) for i in generated]).encode()).hexdigest()
+    assert tasks.generate() == tasks.GENERATED
+    assert len(list(tasks.CONFIG_DIR.glob("*.json"))) == len(tasks.TASKS)
+    shipped = json.loads((tasks.CONFIG_DIR / "0.json").read_text())
+    for i in generated:
+        config = tasks.config(i)
+        assert set(config) == set(shipped) and config["task_id"] == i
+        assert config == tasks.task(i).config(i)
+
+    hand_written = {(t.template_id, json.dumps(t.slots, sort_keys=True)) for t in tasks.TASKS}
+    new = [tasks.task(i) for i in generated]
+    assert {t.template_id for t in new} <= {t.template_id for t in tasks.TASKS}
+    assert not {(t.template_id, json.dumps(t.slots, sort_keys=True)) for t in new} & hand_written
+    intents = [t.intent for t in tasks.TASKS] + [t.intent for t in new]
+    assert len(set(intents)) == len(intents)
+    # held out: no slot value of a test task in a generated task of its template, and no product or post a test
+    # task names in any generated task
+    test = [tasks.TASKS[i] for i in item_ids("webarena", "test")]
+    entities = {p.name for p in data.products()} | {p.title for p in data.posts()}
+    named = {v for t in test for v in t.slots.values() if v in entities}
+    assert len(named) >= 10
+    for task in new:
+        values = {v for v in task.slots.values() if isinstance(v, str)}
+        assert not values & named, task.intent
+        for held in test:
+            if held.template_id == task.template_id:
+                assert not values & set(held.slots.values()), (task.intent, held.intent)
+    # a spread of horizons and of all three kinds and site mixes
+    lengths = collections.Counter(planned_actions(t) for t in new)
+    assert min(lengths) == 2 and max(lengths) >= 12 and len(lengths) >= 8, lengths
+    kinds = collections.Counter(tasks.config(i)["eval"]["eval_types"][0] for i in generated)
+    assert min(kinds.values()) >= 150, kinds
+    env = make("webarena")
+    assert {env.category(i) for i in generated} == {"shopping", "reddit", "shopping+reddit"}
 
 
 def test_action_grammar_and_webarena_messages():
@@ -456,9 +518,8 @@ def test_no_leaked_chromium_processes_over_many_episodes():
     assert settled_count(expected=0) == 0
 
 
-def test_expert_solves_every_task(env):
-    """Slow but essential: every offline task's plan earns reward 1 (tasks.play checks it, stepping the env), played
-    on three envs at once from threads; the replies then replay to reward 1 in another env (ids are reproducible)."""
+def play_on_three_envs(items: list[int]) -> dict[int, list[str]]:
+    """item -> the expert's replies, each plan played (tasks.play checks reward 1) on three envs at once."""
     local, envs = threading.local(), []
 
     def solve(item):
@@ -469,10 +530,17 @@ def test_expert_solves_every_task(env):
 
     try:
         with ThreadPoolExecutor(3) as workers:
-            solved = dict(workers.map(solve, range(len(tasks.TASKS))))
+            return dict(workers.map(solve, items))
     finally:
         for e in envs:
             e.close()
+
+
+def test_expert_solves_every_task(env):
+    """Slow but essential: every hand-written task's plan earns reward 1 (tasks.play checks it, stepping the env),
+    played on three envs at once from threads; the replies then replay to reward 1 in another env (ids are
+    reproducible)."""
+    solved = play_on_three_envs(list(range(len(tasks.TASKS))))
     lengths = {item: len(replies) for item, replies in solved.items()}
     assert len(lengths) == len(tasks.TASKS) and min(lengths.values()) <= 2 and max(lengths.values()) >= 12
     kinds = {}
@@ -484,3 +552,34 @@ def test_expert_solves_every_task(env):
             step = env.step(text)
         assert step.done and step.reward == 1.0, item
         assert solved[item] == tasks.expert_replies(item)  # the same ids in the expert's own env
+
+
+def test_expert_solves_generated_tasks_of_every_template_and_wrong_endings_fail(env):
+    """One generated task per template, spread over the instances, solved through the env (on three envs at once,
+    as above); the same episodes ended wrongly (another instance's answer, or stopping before the deciding action)
+    get 0."""
+    by_template = {}
+    for i in tasks.generated_ids():
+        by_template.setdefault(tasks.task(i).template_id, []).append(i)
+    sample = [ids[(7 * k) % len(ids)] for k, ids in enumerate(by_template.values())]
+    first = sample[0]
+    observation = env.reset(first)
+    assert f"\nOBJECTIVE: {tasks.task(first).intent}\nPREVIOUS ACTION: None" in observation
+    assert env.config["intent"] == tasks.config(first)["intent"] and env.config["task_id"] == first
+    solved = play_on_three_envs(sample)
+    lengths = sorted(len(replies) for replies in solved.values())
+    assert lengths[0] == 2 and lengths[-1] >= 12
+
+    def ended_with(item: int, keep: int, last: str) -> float:
+        env.reset(item)
+        for text in solved[item][:keep]:
+            env.step(text)
+        return env.step(reply(last)).reward
+
+    for template in (0, 31):  # a price and a comment count, answered with another instance's answer
+        item = next(i for i in sample if tasks.task(i).template_id == template)
+        right = tasks.task(item).plan[-1].answer
+        wrong = next(a for a in (tasks.task(i).plan[-1].answer for i in by_template[template]) if a != right)
+        assert ended_with(item, -1, f"stop [{wrong}]") == 0.0
+    vote = next(i for i in sample if tasks.task(i).template_id == 46)  # stop before clicking Upvote
+    assert ended_with(vote, -2, "stop []") == 0.0

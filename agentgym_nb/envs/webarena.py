@@ -8,7 +8,8 @@ It acts with WebArena's id-based grammar inside the first triple-backtick block 
 reward: the product of the task's evaluators (string_match, url_match, program_html) in [0, 1].
 
 Tasks are WebArena config files (`config_files/<item id>.json`). By default they are the offline tasks shipped in
-`agentgym_nb/data/webarena/config_files/`, played on the embedded sites (`envs/web/`) served on loopback.
+`agentgym_nb/data/webarena/config_files/` (ids 0..81) plus generated training tasks (ids from 1000, whose configs
+`envs/web/tasks.py` builds in memory), played on the embedded sites (`envs/web/`) served on loopback.
 With `config_dir=` (or the environment variable WEBARENA_CONFIG_DIR) the env runs WebArena's own 812 configs against
 the real WebArena sites, whose URLs come from the environment variables WebArena uses (SHOPPING, SHOPPING_ADMIN,
 REDDIT, GITLAB, MAP, WIKIPEDIA, HOMEPAGE).
@@ -353,6 +354,18 @@ class TaskConfigs:
         return fill(self.raw(item_id))
 
 
+class OfflineConfigs(TaskConfigs):
+    """The offline tasks: the shipped config files, and from `FIRST_GENERATED` on the generated training tasks,
+    whose configs the generator builds from the id (hundreds of files would only repeat it)."""
+
+    def raw(self, item_id: int) -> dict:
+        from .web import tasks
+
+        if item_id >= tasks.FIRST_GENERATED:
+            return tasks.config(item_id)
+        return super().raw(item_id)
+
+
 # ---------------------------------------------------------------- evaluators (evaluation_harness/evaluators.py)
 
 Judge = Callable[[list[dict]], str]  # chat messages -> the reply text of an LLM
@@ -688,7 +701,7 @@ class WebArena(Env):
                  page_load_timeout: float = 30.0):
         config_dir = config_dir or os.environ.get("WEBARENA_CONFIG_DIR") or None
         self.offline = config_dir is None
-        self.configs = TaskConfigs(OFFLINE_DIR if self.offline else Path(config_dir))
+        self.configs = OfflineConfigs(OFFLINE_DIR) if self.offline else TaskConfigs(Path(config_dir))
         self.judge, self.page_load_timeout = judge, page_load_timeout
         self.pool = POOL
         self.config: dict = {}

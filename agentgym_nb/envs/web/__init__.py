@@ -6,7 +6,8 @@ package over seeded deterministic data, plus the tasks written in WebArena's con
     state.py   what an episode changes, kept per episode (cookie `agentgym_episode`)
     shop.py, forum.py, pages.py   the sites (Starlette, plain HTML with forms)
     sites.py   serving them on free loopback ports
-    tasks.py   the tasks (config files + expert plans); `python -m agentgym_nb.envs.web.tasks` rewrites
+    tasks.py   the tasks (config files + expert plans): 82 hand-written (ids 0..81) and ~900 generated training
+               tasks (ids from 1000, configs built in memory); `python -m agentgym_nb.envs.web.tasks` rewrites
                agentgym_nb/data/webarena/config_files/ and the item lists
 """
 from .sites import SITE_VARIABLES, start, stop
