@@ -512,7 +512,10 @@ def test_no_leaked_chromium_processes_over_many_episodes():
     baseline = settled_count()
     for _ in range(2):
         assert round_of_episodes() > baseline  # live contexts have renderers of their own
-        assert settled_count(expected=baseline) == baseline
+        # a leak is growth; the count may fall (under load a spare renderer Chromium keeps warm can be counted
+        # in the baseline and exit later: seen once, 10 -> 9)
+        after = settled_count(expected=baseline)
+        assert after <= baseline, f"{after - baseline} Chromium processes outlived their envs"
     assert settled_count(expected=0, zombies=True) == 0
     wa.shutdown_browser()
     assert settled_count(expected=0) == 0
