@@ -539,6 +539,7 @@ def play_on_three_envs(items: list[int]) -> dict[int, list[str]]:
             e.close()
 
 
+@pytest.mark.timeout(900)   # ~1-2 min on a quiet machine; over 300 s with four training runs sharing 2 cores
 def test_expert_solves_every_task(env):
     """Slow but essential: every hand-written task's plan earns reward 1 (tasks.play checks it, stepping the env),
     played on three envs at once from threads; the replies then replay to reward 1 in another env (ids are
