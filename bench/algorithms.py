@@ -43,12 +43,11 @@ def config(env: str, schedule: str, estimator: str, seed: int):
 
 
 def per_task_success(run_dir: str, tag: str) -> dict[int, float]:
+    from agentgym_nb.viz.replay import load_rollouts
     out: dict[int, list[float]] = {}
-    with open(os.path.join(run_dir, "rollouts", f"{tag}.jsonl")) as f:
-        for line in f:
-            r = json.loads(line)
-            if not r.get("failed"):
-                out.setdefault(r["item_id"], []).append(float(r["success"]))
+    for r in load_rollouts(run_dir, f"{tag}.jsonl"):
+        if not r.get("failed"):
+            out.setdefault(r["item_id"], []).append(float(r["success"]))
     return {i: float(np.mean(v)) for i, v in out.items()}
 
 
