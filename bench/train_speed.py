@@ -1,7 +1,7 @@
 """Training throughput: tokens/s, seconds per update and peak memory for nano and smollm2-135m, fp32 vs bf16 autocast,
 and the share of the CPU's peak matmul rate that training reaches.
 
-    .venv/bin/python bench/train_speed.py [--models nano smollm2-135m] [--repeats 3] [--steps 3]
+    .venv/bin/python bench/train_speed.py [--models nano smollm2-135m] [--repeats 3] [--steps 3] [--skip smollm2-135m/bf16]
 
 One update = the trainer's work on one micro-batch of B x T tokens (full fine-tuning): forward under autocast (or
 not), per-token log-probs and entropies (`train.common.token_logprobs`), a policy-gradient loss, backward, gradient
@@ -116,6 +116,8 @@ def main() -> None:
     p.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--steps", type=int, default=3, help="timed updates per run (after one warm-up update)")
+    p.add_argument("--skip", nargs="*", default=[], metavar="MODEL/PRECISION",
+                   help="leave these configurations out (e.g. smollm2-135m/bf16 where bf16 is emulated: ~12x slower)")
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--matmul-n", type=int, default=2048)
     p.add_argument("--shape", nargs=2, type=int, default=None, metavar=("B", "T"),
@@ -129,7 +131,7 @@ def main() -> None:
         print(json.dumps(one_config(name, precision, batch, seq, args.steps, args.threads, args.matmul_n)))
         return
     load_before = os.getloadavg()
-    configs = [(m, pr) for m in args.models for pr in args.precisions]
+    configs = [(m, pr) for m in args.models for pr in args.precisions if f"{m}/{pr}" not in args.skip]
     for m in args.models:
         model_dir(m)   # build or unpack once, outside the timed processes
     runs = {f"{m}/{pr}": [] for m, pr in configs}
@@ -157,6 +159,7 @@ def main() -> None:
            "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
            "params": {"shapes": {m: args.shape or SHAPES[m] for m in args.models}, "steps": args.steps,
                       "repeats": args.repeats, "threads": args.threads, "matmul_n": args.matmul_n,
+                      "skipped": args.skip,
                       "update": "full fine-tuning, token_logprobs with entropy, PG loss, clip 1.0, AdamW"},
            "results": medians, "bf16_speedup": speedups, "runs": runs}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
