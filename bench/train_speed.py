@@ -117,7 +117,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--steps", type=int, default=3, help="timed updates per run (after one warm-up update)")
     p.add_argument("--skip", nargs="*", default=[], metavar="MODEL/PRECISION",
-                   help="leave these configurations out (e.g. smollm2-135m/bf16 where bf16 is emulated: ~12x slower)")
+                   help="leave these configurations out (e.g. smollm2-135m/bf16 where the CPU has no bf16 kernels and "
+                        "PyTorch emulates it: tens of times slower)")
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--matmul-n", type=int, default=2048)
     p.add_argument("--shape", nargs=2, type=int, default=None, metavar=("B", "T"),
@@ -131,6 +132,10 @@ def main() -> None:
         print(json.dumps(one_config(name, precision, batch, seq, args.steps, args.threads, args.matmul_n)))
         return
     load_before = os.getloadavg()
+    every = [f"{m}/{pr}" for m in args.models for pr in args.precisions]
+    unknown = [x for x in args.skip if x not in every]
+    if unknown:
+        p.error(f"--skip {unknown}: not a configuration of this run; valid: {every}")
     configs = [(m, pr) for m in args.models for pr in args.precisions if f"{m}/{pr}" not in args.skip]
     for m in args.models:
         model_dir(m)   # build or unpack once, outside the timed processes
