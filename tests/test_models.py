@@ -69,3 +69,18 @@ def test_a_changed_recipe_is_a_different_build():
     other = models.NanoSpec(**{**spec.__dict__, "hesitation": 0.0})
     assert models.nano_path(other) != models.nano_path(spec)
     assert models.nano_path(models.nano_spec("babyai", "smoke", [0, 1]), "smoke").split(os.sep)[-1].startswith("nano-babyai-smoke-")
+
+
+@pytest.mark.parametrize("env,demos", [("babyai", 30), ("textcraft", 200), ("searchqa", 200)])   # BabyAI's bot: ~0.5 s
+def test_the_cpu_reply_budget_fits_every_expert_reply(env, demos, tmp_path):
+    """A reply cut at the cpu preset's max_tokens is an invalid action: if the expert's own replies do not fit, the
+    nano (cloned from them) cannot succeed on those episodes in validation or in RL. Measured with a tokenizer
+    trained the way the cpu build trains it (the envs with browsers or a JVM were measured in config.CPU_EPISODES)."""
+    spec = models.nano_spec(env, "cpu")
+    items, _ = models.nano_items(spec)
+    convs = models.expert_conversations(env, items[:demos])
+    tok = models.train_tokenizer([m["content"] for _, msgs, _ in convs for m in msgs], spec.vocab, str(tmp_path),
+                                 models.CONTENT_WORDS.get(env, ()))
+    longest = max(len(tok.encode(m["content"], add_special_tokens=False)) + 1   # + the end-of-turn token
+                  for _, msgs, _ in convs for m in msgs[3::2])
+    assert longest <= spec.max_tokens, f"{env}: an expert reply takes {longest} tokens, the budget is {spec.max_tokens}"

@@ -220,11 +220,12 @@ def behaviour_cloning(model, demos: list[Trajectory], chat: ChatFormat, *, env_n
                       engine=None,
                       batch_tokens: int = 12288, lr: float = 2e-3, check_every: int = 100, val_items: list[int] = (),
                       max_envs: int = 64,
-                      target_success: float = 1.1, max_rounds: int = 6, max_total_tokens: int = 2048,
+                      target_success: float = 1.1, max_rounds: int = 6, max_tokens: int = 48,
+                      max_total_tokens: int = 2048,
                       bf16: bool | None = None, seed: int = 0, log=print) -> list[dict]:
-    """Clone `demos`; every `check_every` steps sample (T=1) episodes on `val_items` with `engine` (after syncing
-    the current weights into it; default: an HFEngine on the model itself) and stop once the success rate reaches
-    `target_success`. Returns the history of checks."""
+    """Clone `demos`; every `check_every` steps sample (T=1, `max_tokens` per reply) episodes on `val_items` with
+    `engine` (after syncing the current weights into it; default: an HFEngine on the model itself) and stop once
+    the success rate reaches `target_success`. Returns the history of checks."""
     from .. import envs
     from ..evaluate import evaluate
     from ..rollout.engine import HFEngine, SamplingParams
@@ -254,7 +255,7 @@ def behaviour_cloning(model, demos: list[Trajectory], chat: ChatFormat, *, env_n
             if not shares_model:
                 engine.load_weights(merged_state_dict(model).items())
             result = evaluate(engine, lambda: envs.make(env_name), list(val_items), chat, max_rounds=max_rounds,
-                              params=SamplingParams(temperature=1.0, max_tokens=48, seed=seed),
+                              params=SamplingParams(temperature=1.0, max_tokens=max_tokens, seed=seed),
                               max_total_tokens=max_total_tokens, max_concurrency=max_envs)
             record = {"step": step, "loss": sum(losses) / len(losses), "val_success": result["success"],
                       "seconds": round(time.time() - t0, 1)}
