@@ -76,10 +76,7 @@ def resolve_config(cfg, log=print) -> str:
 # (stop wasting turns when the horizon is short) shows within minutes. Cloning runs a fixed number of steps: the
 # 32-item validation success is too noisy (+-15 points) to stop on.
 CPU_ENV_SPEC = {"babyai": dict(hesitation=0.4, bc_max_steps=450, bc_batch_tokens=8192, check_every=150,
-                               target_success=1.1),
-                # SearchQA's replies copy fictional names from the question and the passages: after 500 steps
-                # (loss 0.66, still falling fast) the nano misspells them and solves no validation question.
-                "searchqa": dict(bc_max_steps=1600)}
+                               target_success=1.1)}
 
 
 def nano_spec(env: str = "babyai", preset: str = "cpu", levels: list[int] | None = None) -> NanoSpec:
