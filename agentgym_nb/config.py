@@ -174,7 +174,7 @@ ROUNDS_CTRL_TYPES = {"fixed": "fixed", "scaling_inter_stepwise": "stepwise", "st
 # tokens per reply and per trajectory. The nano model of an env is cloned and validated on episodes of this shape.
 # max_tokens holds the expert's longest reply with room to spare (a cut reply is an invalid action): in tokens of a
 # tokenizer trained as the cpu build trains it, over 60-300 expert episodes, BabyAI 21, TextCraft 56, SearchQA 67,
-# SciWorld 44, MiniWoB 119, WebArena 96 (tests/test_models.py checks the first three).
+# SciWorld 44, MiniWoB 119, WebArena 96 (tests/test_models.py; the last three with AGENTGYM_NB_SLOW=1).
 CPU_EPISODES = {
     "babyai": dict(rounds=[2, 4, 6], eval_rounds=6, max_tokens=40, max_total_tokens=1536),
     "textcraft": dict(rounds=[4, 8, 12], eval_rounds=12, max_tokens=64, max_total_tokens=2048),

@@ -71,11 +71,17 @@ def test_a_changed_recipe_is_a_different_build():
     assert models.nano_path(models.nano_spec("babyai", "smoke", [0, 1]), "smoke").split(os.sep)[-1].startswith("nano-babyai-smoke-")
 
 
-@pytest.mark.parametrize("env,demos", [("babyai", 30), ("textcraft", 200), ("searchqa", 200)])   # BabyAI's bot: ~0.5 s
+SLOW = pytest.mark.skipif(not os.environ.get("AGENTGYM_NB_SLOW"), reason="slow (~2-4 min): set AGENTGYM_NB_SLOW=1")
+
+
+@pytest.mark.parametrize("env,demos", [("babyai", 30), ("textcraft", 200), ("searchqa", 200),   # BabyAI's bot: ~0.5 s
+                                       pytest.param("sciworld", 120, marks=SLOW),
+                                       pytest.param("miniwob", 60, marks=SLOW),
+                                       pytest.param("webarena", 60, marks=SLOW)])
 def test_the_cpu_reply_budget_fits_every_expert_reply(env, demos, tmp_path):
     """A reply cut at the cpu preset's max_tokens is an invalid action: if the expert's own replies do not fit, the
     nano (cloned from them) cannot succeed on those episodes in validation or in RL. Measured with a tokenizer
-    trained the way the cpu build trains it (the envs with browsers or a JVM were measured in config.CPU_EPISODES)."""
+    trained the way the cpu build trains it; the JVM and browser envs only with AGENTGYM_NB_SLOW=1."""
     spec = models.nano_spec(env, "cpu")
     items, _ = models.nano_items(spec)
     convs = models.expert_conversations(env, items[:demos])
