@@ -216,6 +216,13 @@ def train_tokenizer(texts: list[str], vocab: int, out_dir: str, content_words: l
     return fast
 
 
+def nano_tokenizer(spec: NanoSpec, conversations, out_dir: str):
+    """The tokenizer of the nano build of `spec`, trained on every message of the expert `conversations` (with
+    repeats: merges follow frequency)."""
+    texts = [m["content"] for _, msgs, _ in conversations for m in msgs]
+    return train_tokenizer(texts, spec.vocab, out_dir, CONTENT_WORDS.get(spec.env, ()))
+
+
 def demo_trajectories(chat, conversations):
     """Expert chats as Trajectories: the expert's replies stand where sampled ids would (same masks as RL)."""
     from .rollout.trajectory import Trajectory
@@ -248,8 +255,7 @@ def build_nano(path: str, spec: NanoSpec, log=print) -> str:
         raise ValueError(f"hesitation is a BabyAI demonstrator option; {spec.env!r} has none (use 0)")
     convs = expert_conversations(spec.env, items, spec.hesitation)
     log(f"nano: {len(convs)} expert episodes from {len(items)} items ({time.time() - t0:.0f}s)")
-    texts = [m["content"] for _, msgs, _ in convs for m in msgs]   # with repeats: merges follow frequency
-    tokenizer = train_tokenizer(texts, spec.vocab, path, CONTENT_WORDS.get(spec.env, ()))
+    tokenizer = nano_tokenizer(spec, convs, path)
     chat = ChatFormat(tokenizer)
     # max_position_embeddings only bounds vLLM's max_model_len (RoPE has no length limit): room for any budget
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=spec.hidden, num_hidden_layers=spec.layers,

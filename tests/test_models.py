@@ -84,9 +84,8 @@ def test_the_cpu_reply_budget_fits_every_expert_reply(env, demos, tmp_path):
     trained the way the cpu build trains it; the JVM and browser envs only with AGENTGYM_NB_SLOW=1."""
     spec = models.nano_spec(env, "cpu")
     items, _ = models.nano_items(spec)
-    convs = models.expert_conversations(env, items[:demos])
-    tok = models.train_tokenizer([m["content"] for _, msgs, _ in convs for m in msgs], spec.vocab, str(tmp_path),
-                                 models.CONTENT_WORDS.get(env, ()))
+    convs = models.expert_conversations(env, items[:demos], spec.hesitation)
+    tok = models.nano_tokenizer(spec, convs, str(tmp_path))
     longest = max(len(tok.encode(m["content"], add_special_tokens=False)) + 1   # + the end-of-turn token
                   for _, msgs, _ in convs for m in msgs[3::2])
     assert longest <= spec.max_tokens, f"{env}: an expert reply takes {longest} tokens, the budget is {spec.max_tokens}"
