@@ -50,6 +50,9 @@ class NanoSpec:
     max_envs: int = 64                # validation episodes in flight (SciWorld: JVMs)
     levels: list[int] | None = None
     hesitation: float = 0.0           # BabyAI: the demonstrator wastes a turn with this probability (expert_replies)
+    renamed_copies: int = 0           # TextCraft: clone also on this many item-renamed copies of each episode
+    tokenizer: str = "phrases"        # "phrases" (merges across spaces: short) or "words" (a name tokenises alike
+                                      # wherever it stands: copyable); see train_tokenizer
     seed: int = 0
 
 
@@ -75,8 +78,13 @@ def resolve_config(cfg, log=print) -> str:
 # but wastes ~40% of its turns, so it starts at ~20-30% success at the 6-turn horizon, and what RL has to learn
 # (stop wasting turns when the horizon is short) shows within minutes. Cloning runs a fixed number of steps: the
 # 32-item validation success is too noisy (+-15 points) to stop on.
+# TextCraft and SearchQA act by copying names out of the observation (items, entities); their clones tokenise by
+# words and see more episodes than they can memorise (bench/README.md: with phrases and 342 or 600 episodes they
+# memorised names and solved nothing).
 CPU_ENV_SPEC = {"babyai": dict(hesitation=0.4, bc_max_steps=450, bc_batch_tokens=8192, check_every=150,
-                               target_success=1.1)}
+                               target_success=1.1),
+                "textcraft": dict(tokenizer="words", renamed_copies=4),
+                "searchqa": dict(tokenizer="words", demos=2400, bc_max_steps=800, check_every=100)}
 
 
 def nano_spec(env: str = "babyai", preset: str = "cpu", levels: list[int] | None = None) -> NanoSpec:
@@ -189,18 +197,29 @@ CONTENT_WORDS = {
 }
 
 
-def train_tokenizer(texts: list[str], vocab: int, out_dir: str, content_words: list[str] = ()):
+def train_tokenizer(texts: list[str], vocab: int, out_dir: str, content_words: list[str] = (),
+                    style: str = "phrases"):
     """Byte-level BPE trained on the environment's own text, with ChatML specials and template.
 
-    Digits, punctuation, newlines and the env's content words are split off; everything else may merge across
-    spaces, so frequent glue such as " steps in front of you and " becomes one token. An observation is then
-    ~3x shorter than with word-level BPE, which is what makes minutes-long RL on a CPU possible, while goals and
-    actions stay compositional ("go to" + " red" + " ball" + " " + "1").
+    style "phrases": digits, punctuation, newlines and the env's content words are split off; everything else may
+    merge across spaces, so frequent glue such as " steps in front of you and " becomes one token. An observation
+    is then ~3x shorter than with word-level BPE, which is what makes minutes-long RL on a CPU possible, while
+    goals and actions stay compositional ("go to" + " red" + " ball" + " " + "1"). The price: a name's pieces
+    depend on its neighbours (" blackstone " + "stairs" here, " blackstone" + ";" there), so a policy whose actions
+    copy names out of the observation (TextCraft's items, SearchQA's entities) must learn every variant.
+    style "words": GPT-2's rule (a word and its leading space, single digits, punctuation), so a name tokenises the
+    same wherever it stands (" Purhond" + " Works" in a passage and in "look up Purhond Works"; after a tag only the
+    first piece lacks its space), at ~20-35% more tokens per episode (measured on TextCraft and SearchQA).
     """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
-    words = "|".join(sorted(content_words, key=len, reverse=True))
-    pattern = r"\d+|[^\w\s]|\n+" + (rf"| ?\b(?:{words})\b" if words else "")
+    if style == "words":
+        pattern = r"\d| ?[^\W\d_]+|[^\w\s]|\n+|\s"
+    elif style == "phrases":
+        words = "|".join(sorted(content_words, key=len, reverse=True))
+        pattern = r"\d+|[^\w\s]|\n+" + (rf"| ?\b(?:{words})\b" if words else "")
+    else:
+        raise ValueError(f"tokenizer style {style!r}: use 'phrases' or 'words'")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
@@ -220,7 +239,7 @@ def nano_tokenizer(spec: NanoSpec, conversations, out_dir: str):
     """The tokenizer of the nano build of `spec`, trained on every message of the expert `conversations` (with
     repeats: merges follow frequency)."""
     texts = [m["content"] for _, msgs, _ in conversations for m in msgs]
-    return train_tokenizer(texts, spec.vocab, out_dir, CONTENT_WORDS.get(spec.env, ()))
+    return train_tokenizer(texts, spec.vocab, out_dir, CONTENT_WORDS.get(spec.env, ()), style=spec.tokenizer)
 
 
 def demo_trajectories(chat, conversations):
@@ -253,8 +272,15 @@ def build_nano(path: str, spec: NanoSpec, log=print) -> str:
     items, val_items = nano_items(spec)
     if spec.hesitation and spec.env != "babyai":
         raise ValueError(f"hesitation is a BabyAI demonstrator option; {spec.env!r} has none (use 0)")
+    if spec.renamed_copies and spec.env != "textcraft":
+        raise ValueError(f"renamed_copies is a TextCraft demonstration option; {spec.env!r} has none (use 0)")
     convs = expert_conversations(spec.env, items, spec.hesitation)
     log(f"nano: {len(convs)} expert episodes from {len(items)} items ({time.time() - t0:.0f}s)")
+    if spec.renamed_copies:
+        from .envs.textcraft import renamed
+        rng = random.Random(spec.seed)
+        convs += [(item, renamed(messages, rng), reward) for _ in range(spec.renamed_copies)
+                  for item, messages, reward in convs]
     tokenizer = nano_tokenizer(spec, convs, path)
     chat = ChatFormat(tokenizer)
     # max_position_embeddings only bounds vLLM's max_model_len (RoPE has no length limit): room for any budget

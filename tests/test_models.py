@@ -31,6 +31,23 @@ def test_phrase_tokenizer_keeps_actions_compositional(nano_dir):
     assert tok.decode(ids[-1:]) == "1"          # numbers stay separate tokens: the object index is chosen, not memorised
 
 
+def test_word_tokenizer_gives_a_name_the_same_pieces_wherever_it_stands(tmp_path):
+    """What TextCraft's and SearchQA's clones copy: a name in a passage, in a thought and after a tag."""
+    texts = ["Doc 1(Title: \"Purhond Works\") Purhond Works is a mining company based in Nithkrulfi.",
+             "<think>I need to look up Purhond Works.</think>\n<search>Purhond Works</search>"] * 20
+    phrases = models.train_tokenizer(texts, 300, str(tmp_path / "p"), style="phrases")
+    words = models.train_tokenizer(texts, 300, str(tmp_path / "w"), style="words")
+
+    def pieces(tok, text):
+        return [tok.decode([i]) for i in tok.encode(text, add_special_tokens=False)]
+    name = pieces(words, " Purhond Works")
+    assert pieces(words, " Purhond Works.")[:len(name)] == pieces(words, " Purhond Works is")[:len(name)] == name
+    assert pieces(words, ">Purhond Works")[2:] == name[1:]                    # after a tag only the first piece differs
+    assert pieces(phrases, " Purhond Works.")[:2] != pieces(phrases, " Purhond Works is")[:2]
+    with pytest.raises(ValueError, match="'phrases' or 'words'"):
+        models.train_tokenizer(texts, 300, str(tmp_path / "x"), style="letters")
+
+
 def test_unknown_model_names_fail_clearly():
     with pytest.raises(ValueError, match="nano, smollm2-135m"):
         models.resolve("nano2")

@@ -3,6 +3,7 @@ import collections
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +16,7 @@ from agentgym_nb.envs import EnvError, EnvStateError, connect, item_ids, make
 from agentgym_nb.envs.base import ACKNOWLEDGEMENT, MAX_ACTION_CHARS, MULTIPLE_ACTIONS
 from agentgym_nb.envs.http import make_app
 from agentgym_nb.envs.textcraft import (INSTRUCTION, TextCraft, commands, crafting_tree, expert_replies,
-                                        first_observation, goal_of, split)
+                                        first_observation, goal_of, renamed, split)
 from conftest import loopback_server
 
 pytestmark = pytest.mark.timeout(120)
@@ -225,6 +226,28 @@ def test_expert_solves_every_goal():
     assert min(lengths) == 2 and max(lengths) <= 60
     test = item_ids("textcraft", "test")
     assert sum(lengths[i] <= 30 for i in test) >= 99  # AgentGym-RL evaluates TextCraft with 30 rounds
+
+
+def test_a_renamed_episode_swaps_item_words_one_to_one_and_keeps_the_rest():
+    """The nano's extra demonstrations: blackstone stairs (item 7's goal) under other names, consistently."""
+    import random
+    env = make("textcraft")
+    first = env.reset(item_of("blackstone_stairs"))
+    replies = expert_replies(item_of("blackstone_stairs"))
+    messages = [{"role": "user", "content": INSTRUCTION}, {"role": "assistant", "content": "OK."},
+                {"role": "user", "content": first}]
+    for text in replies:
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": env.step(text).observation}]
+    new = renamed(messages, random.Random(0))
+    assert new[:2] == messages[:2]                     # the instruction's examples keep their real names
+    old_text, new_text = [" || ".join(m["content"] for m in ms[2:]) for ms in (messages, new)]
+    old_words, new_words = re.findall("[A-Za-z]+", old_text), re.findall("[A-Za-z]+", new_text)
+    assert len(old_words) == len(new_words)            # only whole words change ("minecraft:blackstone_stairs" too)
+    swaps = {(a, b) for a, b in zip(old_words, new_words) if a != b}
+    assert {a for a, _ in swaps} == {"blackstone", "polished", "slab", "wall", "stairs"}
+    assert len({a for a, _ in swaps}) == len({b for _, b in swaps})             # one-to-one
+    assert "blackstone" not in new_text and "Goal: craft " in new_text and "so I get it." in new_text
+    assert "get 6 " in new_text and "craft 4 " in new_text                       # counts are kept
 
 
 def test_shipped_splits_are_goal_disjoint_and_stratified():
