@@ -173,11 +173,12 @@ ROUNDS_CTRL_TYPES = {"fixed": "fixed", "scaling_inter_stepwise": "stepwise", "st
 # Episode shape of the cpu preset per env: the horizon schedule (its last stage is also the evaluation horizon),
 # tokens per reply and per trajectory. The nano model of an env is cloned and validated on episodes of this shape.
 # max_tokens holds the expert's longest reply with room to spare (a cut reply is an invalid action): in tokens of a
-# tokenizer trained as the cpu build trains it, over 60-300 expert episodes, BabyAI 21, TextCraft 56, SearchQA 67,
-# SciWorld 44, MiniWoB 119, WebArena 96 (tests/test_models.py; the last three with AGENTGYM_NB_SLOW=1).
+# tokenizer trained as the cpu build trains it, over 60-300 expert episodes, BabyAI 21, TextCraft 85 (its first
+# thought reads the goal's recipe aloud; word-level tokens; all 342 demonstration items), SearchQA 67, SciWorld 44,
+# MiniWoB 119, WebArena 96 (tests/test_models.py; the last three with AGENTGYM_NB_SLOW=1).
 CPU_EPISODES = {
     "babyai": dict(rounds=[2, 4, 6], eval_rounds=6, max_tokens=40, max_total_tokens=1536),
-    "textcraft": dict(rounds=[4, 8, 12], eval_rounds=12, max_tokens=64, max_total_tokens=2048),
+    "textcraft": dict(rounds=[4, 8, 12], eval_rounds=12, max_tokens=96, max_total_tokens=2048),
     "searchqa": dict(rounds=[3, 4, 5], eval_rounds=5, max_tokens=80, max_total_tokens=2048),
     "sciworld": dict(rounds=[8, 16, 24], eval_rounds=24, max_tokens=64, max_total_tokens=4096, max_envs=4),
     "miniwob": dict(rounds=[2, 4, 6], eval_rounds=6, max_tokens=128, max_total_tokens=3072, max_envs=8),

@@ -83,7 +83,7 @@ def resolve_config(cfg, log=print) -> str:
 # memorised names and solved nothing).
 CPU_ENV_SPEC = {"babyai": dict(hesitation=0.4, bc_max_steps=450, bc_batch_tokens=8192, check_every=150,
                                target_success=1.1),
-                "textcraft": dict(tokenizer="words", renamed_copies=4),
+                "textcraft": dict(tokenizer="words", renamed_copies=4, bc_max_steps=800, check_every=80),
                 "searchqa": dict(tokenizer="words", demos=2400, bc_max_steps=800, check_every=100)}
 
 

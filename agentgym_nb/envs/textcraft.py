@@ -694,7 +694,11 @@ def plan(goal: str) -> list[tuple[str, str]]:
     obtain(goal, 1)
     gets = [(f"I need {n} {display(item)}; it cannot be crafted, so I get it.", f"get {n} {display(item)}")
             for item, n in needs.items()]
-    return gets + crafts
+    steps = gets + crafts
+    # The first thought reads the goal's recipe line aloud: after "The goal is craft <goal> using" the ingredients
+    # follow by copying the matching line of the observation, the one skill a small policy learns first.
+    steps[0] = (f"The goal is {shallowest(goal).command}. {steps[0][0]}", steps[0][1])
+    return steps
 
 
 def expert_replies(item_id: int) -> list[str]:
