@@ -55,7 +55,10 @@ def test_a_server_that_dies_mid_rollout_fails_its_episodes(server_process, hf_na
     assert len(trajs) == 6
     for t in trajs:
         assert t.failed is not None and url in t.failed, t.failed
-        assert t.num_rounds == 1 and not t.done
+        assert t.num_rounds <= 1 and not t.done
+    # the first batch is sampled as soon as env replies stop arriving: on a loaded machine a reset still in flight
+    # misses it and fails at reset (0 rounds); the others fail at their first step, after the kill
+    assert any(t.num_rounds == 1 for t in trajs)
 
 
 def test_a_server_that_never_answers_times_out(hf_nano, chat):
