@@ -209,7 +209,8 @@ def train_tokenizer(texts: list[str], vocab: int, out_dir: str, content_words: l
     copy names out of the observation (TextCraft's items, SearchQA's entities) must learn every variant.
     style "words": GPT-2's rule (a word and its leading space, single digits, punctuation), so a name tokenises the
     same wherever it stands (" Purhond" + " Works" in a passage and in "look up Purhond Works"; after a tag only the
-    first piece lacks its space), at ~22-37% more tokens per episode (SearchQA, TextCraft: medians over 300 expert episodes).
+    first piece lacks its space), at 22% (SearchQA) to 37% (TextCraft) more tokens per episode (medians over 300
+    expert episodes).
     """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
