@@ -19,6 +19,10 @@ PRESETS = ("smoke", "cpu", "paper")
 # BabyAI levels (item_id % 40) of the cpu and smoke presets: one room, no keys, the expert needs 1-6 turns. RL on
 # a 2-core CPU must show learning within minutes; the key/corridor levels need 20-50 turns (see notebook 00).
 BABYAI_CPU_LEVELS = [0, 1, 2, 3, 4, 7, 8, 9, 10, 12, 13, 15, 18, 19, 20, 21, 22, 29, 32]
+# TextCraft goals of recipe depth 1 and 2 (416 of 544 goals; the expert needs 2-4 and 3-12 turns) for the same
+# reason: a cpu nano cloned on every depth solved none (bench/README.md); depth 3 and 4 need 11 and 19 turns on average.
+TEXTCRAFT_CPU_LEVELS = [1, 2]
+CPU_LEVELS = {"babyai": BABYAI_CPU_LEVELS, "textcraft": TEXTCRAFT_CPU_LEVELS}
 
 
 def default_outputs_dir() -> str:
@@ -52,7 +56,8 @@ class RunConfig:
     # data: item ids. None = the env's shipped list (agentgym_nb/data/items/<env>_<split>.json); or [start, stop)
     train_items: tuple[int, int] | None = None
     test_items: tuple[int, int] | None = None
-    levels: list[int] | None = None      # BabyAI only: restrict items to these level indices (item_id % 40)
+    levels: list[int] | None = None      # restrict items to these levels: BabyAI level indices (item_id % 40),
+                                         # TextCraft recipe depths of the goal (1-4); envs.LEVELS
     # rollout
     prompts_per_step: int = 8            # data.train_batch_size: distinct items per training step
     samples_per_prompt: int = 4          # actor_rollout_ref.rollout.n: episodes per item (one GRPO group)
@@ -241,7 +246,7 @@ def preset_values(env: str, preset: str) -> dict[str, Any]:
                     gradient_checkpointing=True, rollout_tp=1, launch_config="fsdp_8gpu",
                     kv_cache_gib=20)   # a process's episodes at full length: TextCraft's 32 x 10,752 tokens
                                        # x 56 KiB (Qwen2.5-7B: 28 layers x K, V x 512 x 2 bytes) = 18.4 GiB
-    small = {"levels": BABYAI_CPU_LEVELS} if env == "babyai" else {}
+    small = {"levels": CPU_LEVELS[env]} if env in CPU_LEVELS else {}
     if preset == "cpu":
         # lr 3e-4 with twice the prompts played and only groups with a reward spread trained (DAPO's dynamic
         # sampling). Measured on the fp32 BabyAI nano (held-out 12% before): 2e-4 -> 17%, 3e-4 -> 20%, and 5e-4
@@ -346,11 +351,11 @@ def round_schedule(cfg: RunConfig):
 
 def item_pool(cfg: RunConfig, split: str) -> list[int]:
     """The item ids of `split` ("train" or "test"): the range `cfg.<split>_items` when set, else the env's shipped
-    list; for BabyAI, only items whose level (id % 40) is in `cfg.levels`."""
+    list; only items whose level (BabyAI: id % 40; TextCraft: the goal's recipe depth) is in `cfg.levels`."""
     from . import envs
     lo_hi = cfg.train_items if split == "train" else cfg.test_items
     pool = list(range(*lo_hi)) if lo_hi is not None else envs.item_ids(cfg.env, split)
-    return [i for i in pool if cfg.levels is None or i % 40 in cfg.levels]
+    return envs.select_levels(cfg.env, pool, cfg.levels)
 
 
 def validate(cfg: RunConfig) -> None:
@@ -401,10 +406,15 @@ def validate(cfg: RunConfig) -> None:
         lo, hi = getattr(cfg, name)
         if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo < hi):
             raise ValueError(f"{name} must be [start, stop) with 0 <= start < stop, got {(lo, hi)!r}")
-    if cfg.levels is not None and any(not 0 <= lv < 40 for lv in cfg.levels):
-        raise ValueError(f"levels are BabyAI level indices in [0, 40), got {cfg.levels!r}")
-    if cfg.levels is not None and cfg.env != "babyai":
-        raise ValueError(f"levels selects BabyAI levels; env {cfg.env!r} has none (set levels=None)")
+    if cfg.levels is not None:
+        from .envs import LEVELS
+        if cfg.env not in LEVELS:
+            raise ValueError(f"levels selects items by level, which only {', '.join(LEVELS)} have; env {cfg.env!r} "
+                             "has none (set levels=None)")
+        valid, meaning = LEVELS[cfg.env]
+        if not cfg.levels or any(not isinstance(lv, int) or lv not in valid for lv in cfg.levels):
+            raise ValueError(f"levels of {cfg.env} are the {meaning}, integers in [{valid.start}, {valid.stop}); "
+                             f"got {cfg.levels!r}")
     shared = set(item_pool(cfg, "train")) & set(item_pool(cfg, "test"))
     if shared:
         raise ValueError(f"train_items {cfg.train_items} and test_items {cfg.test_items} overlap (e.g. item "

@@ -320,11 +320,11 @@ def build_nano(path: str, spec: NanoSpec, log=print) -> str:
 
 
 def nano_items(spec: NanoSpec) -> tuple[list[int], list[int]]:
-    """(demonstration items, validation items), both from the env's shipped train list (BabyAI: only `levels`):
+    """(demonstration items, validation items), both from the env's shipped train list (only `levels`, if set):
     validation takes `val_items` items evenly spread over the list (shipped lists are often ordered by difficulty),
     demonstrations the first `demos` of the rest. Test items are never seen by the build."""
     from . import envs
-    train = [i for i in envs.item_ids(spec.env, "train") if spec.levels is None or i % 40 in spec.levels]
+    train = envs.select_levels(spec.env, envs.item_ids(spec.env, "train"), spec.levels)
     if len(train) <= spec.val_items:
         raise ValueError(f"{spec.env}: {len(train)} train items cannot give {spec.val_items} validation items and "
                          "demonstrations")

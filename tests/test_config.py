@@ -55,10 +55,28 @@ def test_paper_preset_follows_the_scalinginter_scripts():
     (dict(overrides=["test_items=[0,10]"]), "overlap"),
     (dict(overrides=["actor_rollout_ref.actor.clip_ratio_c=0.5"]), "the dual clip bound"),
     (dict(overrides=["clip_ratio=1.5"]), "0 < clip_ratio < 1"),
+    (dict(overrides=["levels=[40]"]), "levels of babyai are the level index"),
+    (dict(env="textcraft", overrides=["levels=[0]"]), "levels of textcraft are the recipe depth of the goal"),
+    (dict(env="searchqa", overrides=["levels=[1]"]), "env 'searchqa' has none"),
 ])
 def test_bad_input_names_what_is_wrong(kwargs, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("[", r"\[")):
         make_config(**{"preset": "cpu", **kwargs})
+
+
+def test_levels_select_items_by_level():
+    """BabyAI levels are item_id % 40; TextCraft's are the goal's recipe depth, and the cpu preset keeps depths 1-2
+    (train and test pools stay disjoint, the test pool holds the shipped test list's depth-1 and -2 items)."""
+    from agentgym_nb import envs
+    from agentgym_nb.config import item_pool
+    babyai = make_config(preset="cpu", overrides=["levels=[3]"])
+    assert item_pool(babyai, "train") and all(i % 40 == 3 for i in item_pool(babyai, "train"))
+    textcraft = make_config(preset="cpu", env="textcraft")
+    assert textcraft.levels == [1, 2]
+    train, test = item_pool(textcraft, "train"), item_pool(textcraft, "test")
+    assert {envs.item_level("textcraft", i) for i in train + test} == {1, 2}
+    assert len(test) == 23 + 53 and not set(train) & set(test)     # the shipped test list: 23 at depth 1, 53 at 2
+    assert envs.item_level("textcraft", 0) == 1 and envs.item_level("textcraft", 543) == 4
 
 
 def test_override_values_are_parsed_as_json_when_possible():

@@ -62,6 +62,29 @@ def serve(name: str, host: str = "127.0.0.1", port: int = 36002, **kw) -> None:
 
     serve_http(name, host=host, port=port, **kw)
 
+# Envs whose items come in levels that a preset may restrict itself to (RunConfig.levels): the valid levels and
+# what a level is. BabyAI: the level index (item_id % 40; 0 is GoToRedBallGrey); TextCraft: the recipe depth of the
+# goal (1 = crafted from base items, up to 4).
+LEVELS = {"babyai": (range(40), "level index (item_id % 40)"),
+          "textcraft": (range(1, 5), "recipe depth of the goal")}
+
+
+def item_level(name: str, item_id: int) -> int:
+    """The level of item `item_id` of env `name` (see LEVELS)."""
+    if name == "babyai":
+        return item_id % 40
+    if name == "textcraft":
+        from .textcraft import crafting_tree, goal_of
+        return crafting_tree().depth[goal_of(item_id)]
+    raise ValueError(f"env {name!r} has no item levels; levels select items of {', '.join(LEVELS)} only")
+
+
+def select_levels(name: str, item_ids: list[int], levels: list[int] | None) -> list[int]:
+    """The items of `item_ids` whose level is in `levels` (all of them when `levels` is None)."""
+    if levels is None:
+        return list(item_ids)
+    return [i for i in item_ids if item_level(name, i) in levels]
+
 
 _NEXT_URL: dict[tuple[str, ...], itertools.count] = {}   # URL list -> its round-robin counter
 
@@ -81,4 +104,4 @@ def connect(name: str, url: str | list[str], timeout: float = 30.0) -> Env:
 
 
 __all__ = ["ENV_NAMES", "Env", "EnvError", "EnvStateError", "InvalidAction", "Step", "connect", "env_class",
-           "item_ids", "make", "serve"]
+           "item_ids", "item_level", "make", "select_levels", "serve"]
