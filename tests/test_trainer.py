@@ -116,6 +116,24 @@ def test_every_estimator_updates_the_policy(tmp_path, nano_dir, algorithm, extra
         assert trainer._update(trajs, 2)["kl"] > 0   # the policy moved away from the reference
 
 
+def test_a_step_where_every_group_scored_alike_measures_but_does_not_step(tmp_path, nano_dir):
+    """filter_groups and no group whose scores differ: no optimizer step (Adam's momentum from the step before
+    would move the weights with no signal), but the KL is measured. A one-token reply is never a valid BabyAI
+    action, so every episode of the step scores 0."""
+    trainer = Trainer(smoke_config(tmp_path, "flat", engine="hf", lr=1e-3, filter_groups=True, max_tokens=1),
+                      log=lambda *a: None)
+    try:
+        assert trainer._update(real_rollouts_with_known_scores(trainer), 1)["optimizer_steps"] >= 1
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        m = trainer.train_step()
+        assert m["success"] == 0 and m["zero_adv_groups"] == 1.0 and m["optimizer_steps"] == 0
+        assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+        assert m["kl"] > 0 and m["grad_norm"] == 0   # the first update moved the policy from the reference
+    finally:
+        trainer.close()
+
+
 def test_the_trainer_loss_applies_the_configured_clip_and_dual_clip(tmp_path, nano_dir):
     """Every sampled token with ratio e^5 ~ 148.4 and advantage -1: PPO's per-token loss is max(148.4, 1.2) = 148.4;
     the dual clip bound c = 3 caps it at -A * c = 3 (Ye et al. 2020). With A = +1 the clipped term wins:

@@ -4,7 +4,8 @@ One training step:
     1. horizon   H = schedule.rounds_at(step)                    (ScalingInter-RL: short first, longer later)
     2. rollout   items_for_step(step) x n episodes, each at most H replies, sampled by the engine
                  (with filter_groups: oversampled items, then only groups whose scores differ are kept: a group
-                 where every episode scored the same has zero advantage and would only dilute the update)
+                 where every episode scored the same has zero advantage and would only dilute the update; when
+                 no group is left, the step measures its losses and skips the optimizer)
     3. credit    advantages from the episode scores (GRPO: score minus its group's mean, over the group's std;
                  RLOO: minus the mean of the others; REINFORCE++: whitened returns; GAE: a critic's values)
     4. update    PPO-clip loss on policy tokens + KL to the frozen reference (a loss term, or a per-token reward
@@ -189,7 +190,10 @@ class Trainer:
         if not usable:   # (with several processes this one would leave the others waiting: fail loudly)
             raise RuntimeError(f"step {step}: no usable episode ({len(failed)} failed): check the env server")
         train_on = informative_groups(usable, cfg.prompts_per_step) if cfg.filter_groups else usable
-        update = self._update(train_on or usable, step)
+        # No group of any process has scores that differ: there is no policy gradient, and an optimizer step would
+        # only replay Adam's momentum from earlier steps. The losses (KL, entropy) are still measured.
+        learn = not cfg.filter_groups or self._sum_over_processes(len(train_on))[0] > 0
+        update = self._update(train_on or usable, step, learn=learn)
         t_sync = time.perf_counter()
         self.sync_engine()
         metrics = {
@@ -221,7 +225,9 @@ class Trainer:
             self.save_checkpoint()
         return metrics
 
-    def _update(self, trajs, step: int) -> dict:
+    def _update(self, trajs, step: int, learn: bool = True) -> dict:
+        """PPO epochs over mini-batches of `trajs`; with `learn=False` the same passes measure the losses without
+        a backward pass or an optimizer step."""
         cfg = self.cfg
         t0 = time.perf_counter()
         batch = collate(trajs, self.tokenizer.pad_token_id)
@@ -271,23 +277,26 @@ class Trainer:
                 for j in range(passes):
                     real = j < len(micros)   # past its own micro-batches a process repeats one, weighted 0
                     idx = micros[j] if real else micros[-1] if micros else [0]
-                    with self._no_sync():   # DDP must not average here: gradients are summed once, below
+                    # DDP must not average here: gradients are summed once, below
+                    with self._no_sync(), torch.set_grad_enabled(learn):
                         loss, parts = self._loss(self._on_device(trim(batch, idx)),
                                                  self._on_device({k: v[idx] for k, v in per_token.items()}),
                                                  global_tokens, global_seqs)
-                        self._backward(loss if real else loss * 0.0, last=j == passes - 1)
+                        if learn:
+                            self._backward(loss if real else loss * 0.0, last=j == passes - 1)
                     if real:
                         for k, v in parts.items():
                             sums[k] += v
                         tokens_seen += int(batch["attention_mask"][idx].sum())
-                sums["grad_norm"] += self._optimizer_step()
+                if learn:
+                    sums["grad_norm"] += self._optimizer_step()
                 n_updates += 1
         self.model.eval()
         t_update = time.perf_counter() - t0 - t_logprob
         out = {k: v / n_updates for k, v in sums.items()}
         if returns is not None:
             out["explained_variance"] = explained_variance(old_values, returns, mask)
-        out.update(optimizer_steps=n_updates, logprob_seconds=t_logprob,
+        out.update(optimizer_steps=n_updates if learn else 0, logprob_seconds=t_logprob,
                    update_seconds=t_update, train_tokens_per_s=tokens_seen / max(t_update, 1e-9))
         return out
 
