@@ -222,10 +222,12 @@ def behaviour_cloning(model, demos: list[Trajectory], chat: ChatFormat, *, env_n
                       max_envs: int = 64,
                       target_success: float = 1.1, max_rounds: int = 6, max_tokens: int = 48,
                       max_total_tokens: int = 2048,
-                      bf16: bool | None = None, seed: int = 0, log=print) -> list[dict]:
+                      bf16: bool | None = None, seed: int = 0, lr_decay: bool = False,
+                      log=print) -> list[dict]:
     """Clone `demos`; every `check_every` steps sample (T=1, `max_tokens` per reply) episodes on `val_items` with
     `engine` (after syncing the current weights into it; default: an HFEngine on the model itself) and stop once
-    the success rate reaches `target_success`. Returns the history of checks."""
+    the success rate reaches `target_success`. The learning rate warms up over 20 steps and stays at `lr`, or with
+    `lr_decay` falls linearly from `lr` to 0 over `max_steps`. Returns the history of checks."""
     from .. import envs
     from ..evaluate import evaluate
     from ..rollout.engine import HFEngine, SamplingParams
@@ -235,7 +237,7 @@ def behaviour_cloning(model, demos: list[Trajectory], chat: ChatFormat, *, env_n
     rng = random.Random(seed)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: cloning_lr_factor(s, max_steps, lr_decay))
     pad = chat.tokenizer.pad_token_id
     history, t0, losses = [], time.time(), []
     for step in range(1, max_steps + 1):
@@ -267,6 +269,12 @@ def behaviour_cloning(model, demos: list[Trajectory], chat: ChatFormat, *, env_n
                 break
     model.eval()
     return history
+
+
+def cloning_lr_factor(step: int, max_steps: int, decay: bool) -> float:
+    """The learning rate of cloning step `step` (0-based) as a share of the peak:
+    decay: 1 - step / max_steps (linear to 0); otherwise min(1, (step + 1) / 20) (20 warm-up steps, then constant)."""
+    return 1 - step / max_steps if decay else min(1.0, (step + 1) / 20)
 
 
 def _similar_lengths(demos: list[Trajectory], batch_tokens: int, rng: random.Random) -> list[Trajectory]:
