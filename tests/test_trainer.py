@@ -127,7 +127,7 @@ def test_a_step_where_every_group_scored_alike_measures_but_does_not_step(tmp_pa
         model = trainer.accelerator.unwrap_model(trainer.model)
         before = {k: v.clone() for k, v in model.state_dict().items()}
         m = trainer.train_step()
-        assert m["success"] == 0 and m["zero_adv_groups"] == 1.0 and m["optimizer_steps"] == 0
+        assert m["success"] == 0 and m["zero_adv_groups"] == 1.0 and m["optimizer_steps"] == m["groups_trained"] == 0
         assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
         assert m["kl"] > 0 and m["grad_norm"] == 0   # the first update moved the policy from the reference
     finally:

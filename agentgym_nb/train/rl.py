@@ -208,7 +208,7 @@ class Trainer:
             "failed": len(failed), "episodes": len(usable),
             "zero_adv_groups": _share_constant_groups(torch.tensor([t.reward for t in usable]),
                                                       torch.tensor([t.group for t in usable])),
-            "groups_trained": len({t.group for t in (train_on or usable)}),
+            "groups_trained": len({t.group for t in (train_on or usable)}) if learn else 0,
             "policy_tokens": _mean([t.num_policy_tokens for t in usable]),
             "rollout_tokens_per_s": stats.tokens_per_s, "env_steps_per_s": stats.env_steps_per_s,
             "rollout_seconds": t_rollout, "sync_seconds": time.perf_counter() - t_sync,
