@@ -19,8 +19,9 @@ PRESETS = ("smoke", "cpu", "paper")
 # BabyAI levels (item_id % 40) of the cpu and smoke presets: one room, no keys, the expert needs 1-6 turns. RL on
 # a 2-core CPU must show learning within minutes; the key/corridor levels need 20-50 turns (see notebook 00).
 BABYAI_CPU_LEVELS = [0, 1, 2, 3, 4, 7, 8, 9, 10, 12, 13, 15, 18, 19, 20, 21, 22, 29, 32]
-# TextCraft goals of recipe depth 1 and 2 (416 of 544 goals; the expert needs 2-4 and 3-12 turns) for the same
-# reason: a cpu nano cloned on every depth solved none (bench/README.md); depth 3 and 4 need 11 and 19 turns on average.
+# TextCraft goals of the cpu and smoke presets: recipe depth 1 and 2 (416 of 544; the expert needs 2-4 and 3-12 turns),
+# for the same reason: a cpu nano cloned on every depth solved none (bench/README.md); depths 3 and 4 need 11 and 19
+# turns on average. Results on them are not comparable with the paper's all-depth TextCraft numbers.
 TEXTCRAFT_CPU_LEVELS = [1, 2]
 CPU_LEVELS = {"babyai": BABYAI_CPU_LEVELS, "textcraft": TEXTCRAFT_CPU_LEVELS}
 
@@ -57,7 +58,7 @@ class RunConfig:
     train_items: tuple[int, int] | None = None
     test_items: tuple[int, int] | None = None
     levels: list[int] | None = None      # restrict items to these levels: BabyAI level indices (item_id % 40),
-                                         # TextCraft recipe depths of the goal (1-4); envs.LEVELS
+                                         # TextCraft recipe depths of the goal (1-4); envs.ITEM_LEVELS
     # rollout
     prompts_per_step: int = 8            # data.train_batch_size: distinct items per training step
     samples_per_prompt: int = 4          # actor_rollout_ref.rollout.n: episodes per item (one GRPO group)
@@ -246,7 +247,7 @@ def preset_values(env: str, preset: str) -> dict[str, Any]:
                     gradient_checkpointing=True, rollout_tp=1, launch_config="fsdp_8gpu",
                     kv_cache_gib=20)   # a process's episodes at full length: TextCraft's 32 x 10,752 tokens
                                        # x 56 KiB (Qwen2.5-7B: 28 layers x K, V x 512 x 2 bytes) = 18.4 GiB
-    small = {"levels": CPU_LEVELS[env]} if env in CPU_LEVELS else {}
+    small = {"levels": list(CPU_LEVELS[env])} if env in CPU_LEVELS else {}
     if preset == "cpu":
         # lr 3e-4 with twice the prompts played and only groups with a reward spread trained (DAPO's dynamic
         # sampling). Measured on the fp32 BabyAI nano (held-out 12% before): 2e-4 -> 17%, 3e-4 -> 20%, and 5e-4
@@ -320,7 +321,7 @@ def _apply(cfg: RunConfig, values: dict[str, Any]) -> None:
                              "'algorithm.rounds_ctrl.rounds')")
         if name in ("rounds", "levels", "train_items", "test_items") and isinstance(value, str):
             value = _parse_value(value)   # papermill -p passes lists as text: "[2, 4, 8]"
-        if name == "rounds" and isinstance(value, int):
+        if name in ("rounds", "levels") and isinstance(value, int) and not isinstance(value, bool):
             value = [value]
         if name in ("train_items", "test_items") and value is not None:
             value = tuple(value)
@@ -407,12 +408,13 @@ def validate(cfg: RunConfig) -> None:
         if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo < hi):
             raise ValueError(f"{name} must be [start, stop) with 0 <= start < stop, got {(lo, hi)!r}")
     if cfg.levels is not None:
-        from .envs import LEVELS
-        if cfg.env not in LEVELS:
-            raise ValueError(f"levels selects items by level, which only {', '.join(LEVELS)} have; env {cfg.env!r} "
-                             "has none (set levels=None)")
-        valid, meaning = LEVELS[cfg.env]
-        if not cfg.levels or any(not isinstance(lv, int) or lv not in valid for lv in cfg.levels):
+        from .envs import ITEM_LEVELS
+        if cfg.env not in ITEM_LEVELS:
+            raise ValueError(f"levels selects items by level, which only {', '.join(ITEM_LEVELS)} have; env "
+                             f"{cfg.env!r} has none (set levels=None)")
+        valid, meaning = ITEM_LEVELS[cfg.env]
+        if (not isinstance(cfg.levels, list) or not cfg.levels
+                or any(not isinstance(lv, int) or isinstance(lv, bool) or lv not in valid for lv in cfg.levels)):
             raise ValueError(f"levels of {cfg.env} are the {meaning}, integers in [{valid.start}, {valid.stop}); "
                              f"got {cfg.levels!r}")
     shared = set(item_pool(cfg, "train")) & set(item_pool(cfg, "test"))

@@ -58,6 +58,7 @@ def test_paper_preset_follows_the_scalinginter_scripts():
     (dict(overrides=["levels=[40]"]), "levels of babyai are the level index"),
     (dict(env="textcraft", overrides=["levels=[0]"]), "levels of textcraft are the recipe depth of the goal"),
     (dict(env="searchqa", overrides=["levels=[1]"]), "env 'searchqa' has none"),
+    (dict(env="textcraft", overrides=["levels=[true]"]), "the recipe depth of the goal, integers in .1, 5.; got .True."),
 ])
 def test_bad_input_names_what_is_wrong(kwargs, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("[", r"\[")):
@@ -69,7 +70,7 @@ def test_levels_select_items_by_level():
     (train and test pools stay disjoint, the test pool holds the shipped test list's depth-1 and -2 items)."""
     from agentgym_nb import envs
     from agentgym_nb.config import item_pool
-    babyai = make_config(preset="cpu", overrides=["levels=[3]"])
+    babyai = make_config(preset="cpu", overrides=["levels=3"])   # one level, as papermill -p passes it
     assert item_pool(babyai, "train") and all(i % 40 == 3 for i in item_pool(babyai, "train"))
     textcraft = make_config(preset="cpu", env="textcraft")
     assert textcraft.levels == [1, 2]

@@ -65,18 +65,18 @@ def serve(name: str, host: str = "127.0.0.1", port: int = 36002, **kw) -> None:
 # Envs whose items come in levels that a preset may restrict itself to (RunConfig.levels): the valid levels and
 # what a level is. BabyAI: the level index (item_id % 40; 0 is GoToRedBallGrey); TextCraft: the recipe depth of the
 # goal (1 = crafted from base items, up to 4).
-LEVELS = {"babyai": (range(40), "level index (item_id % 40)"),
+ITEM_LEVELS = {"babyai": (range(40), "level index (item_id % 40)"),
           "textcraft": (range(1, 5), "recipe depth of the goal")}
 
 
 def item_level(name: str, item_id: int) -> int:
-    """The level of item `item_id` of env `name` (see LEVELS)."""
+    """The level of item `item_id` of env `name` (see ITEM_LEVELS)."""
     if name == "babyai":
         return item_id % 40
     if name == "textcraft":
         from .textcraft import crafting_tree, goal_of
         return crafting_tree().depth[goal_of(item_id)]
-    raise ValueError(f"env {name!r} has no item levels; levels select items of {', '.join(LEVELS)} only")
+    raise ValueError(f"env {name!r} has no item levels; levels select items of {', '.join(ITEM_LEVELS)} only")
 
 
 def select_levels(name: str, item_ids: list[int], levels: list[int] | None) -> list[int]:
@@ -103,5 +103,5 @@ def connect(name: str, url: str | list[str], timeout: float = 30.0) -> Env:
     return (env_class(name).http_client or HTTPEnv)(name, url, timeout=timeout)
 
 
-__all__ = ["ENV_NAMES", "Env", "EnvError", "EnvStateError", "InvalidAction", "Step", "connect", "env_class",
-           "item_ids", "item_level", "make", "select_levels", "serve"]
+__all__ = ["ENV_NAMES", "ITEM_LEVELS", "Env", "EnvError", "EnvStateError", "InvalidAction", "Step", "connect",
+           "env_class", "item_ids", "item_level", "make", "select_levels", "serve"]

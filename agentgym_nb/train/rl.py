@@ -5,7 +5,7 @@ One training step:
     2. rollout   items_for_step(step) x n episodes, each at most H replies, sampled by the engine
                  (with filter_groups: oversampled items, then only groups whose scores differ are kept: a group
                  where every episode scored the same has zero advantage and would only dilute the update; when
-                 no group is left, the step measures its losses and skips the optimizer)
+                 no group is left, a GRPO/RLOO step measures its losses and skips the optimizer)
     3. credit    advantages from the episode scores (GRPO: score minus its group's mean, over the group's std;
                  RLOO: minus the mean of the others; REINFORCE++: whitened returns; GAE: a critic's values)
     4. update    PPO-clip loss on policy tokens + KL to the frozen reference (a loss term, or a per-token reward
@@ -190,9 +190,11 @@ class Trainer:
         if not usable:   # (with several processes this one would leave the others waiting: fail loudly)
             raise RuntimeError(f"step {step}: no usable episode ({len(failed)} failed): check the env server")
         train_on = informative_groups(usable, cfg.prompts_per_step) if cfg.filter_groups else usable
-        # No group of any process has scores that differ: there is no policy gradient, and an optimizer step would
-        # only replay Adam's momentum from earlier steps. The losses (KL, entropy) are still measured.
-        learn = not cfg.filter_groups or self._sum_over_processes(len(train_on))[0] > 0
+        # GRPO/RLOO and no group of any process whose scores differ: every advantage is 0, and an optimizer step
+        # would only replay Adam's momentum from earlier steps. The losses (KL, entropy) are still measured.
+        # (GAE's advantages come from its critic, REINFORCE++'s may carry the KL: those steps still learn.)
+        learn = (not cfg.filter_groups or cfg.algorithm not in ("grpo", "rloo")
+                 or self._sum_over_processes(len(train_on))[0] > 0)
         update = self._update(train_on or usable, step, learn=learn)
         t_sync = time.perf_counter()
         self.sync_engine()
