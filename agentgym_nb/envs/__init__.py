@@ -66,16 +66,17 @@ def serve(name: str, host: str = "127.0.0.1", port: int = 36002, **kw) -> None:
 # what a level is. BabyAI: the level index (item_id % 40; 0 is GoToRedBallGrey); TextCraft: the recipe depth of the
 # goal (1 = crafted from base items, up to 4).
 ITEM_LEVELS = {"babyai": (range(40), "level index (item_id % 40)"),
-          "textcraft": (range(1, 5), "recipe depth of the goal")}
+               "textcraft": (range(1, 5), "recipe depth of the goal")}
 
 
 def item_level(name: str, item_id: int) -> int:
     """The level of item `item_id` of env `name` (see ITEM_LEVELS)."""
     if name == "babyai":
-        return item_id % 40
+        from .babyai import level_index
+        return level_index(item_id)
     if name == "textcraft":
-        from .textcraft import crafting_tree, goal_of
-        return crafting_tree().depth[goal_of(item_id)]
+        from .textcraft import goal_depth
+        return goal_depth(item_id)
     raise ValueError(f"env {name!r} has no item levels; levels select items of {', '.join(ITEM_LEVELS)} only")
 
 

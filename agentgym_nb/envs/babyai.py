@@ -66,8 +66,12 @@ _stdout_lock = threading.Lock()  # redirect_stdout swaps a process-wide global: 
 
 def level_and_seed(item_id: int) -> tuple[str, int]:
     """item_id -> (LEVELS[item_id % 40], item_id // 40), AgentGym's mapping."""
-    item_id = check_item_id(item_id, "babyai: any int >= 0; level = id % 40, seed = id // 40")
-    return LEVELS[item_id % len(LEVELS)], item_id // len(LEVELS)
+    return LEVELS[level_index(item_id)], int(item_id) // len(LEVELS)
+
+
+def level_index(item_id: int) -> int:
+    """item_id -> its level's index in LEVELS (item_id % 40)."""
+    return check_item_id(item_id, "babyai: any int >= 0; level = id % 40, seed = id // 40") % len(LEVELS)
 
 
 def goal_text(mission: str) -> str:

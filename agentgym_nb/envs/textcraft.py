@@ -348,6 +348,11 @@ def goal_of(item_id: int) -> str:
     return goals[item_id % len(goals)]
 
 
+def goal_depth(item_id: int) -> int:
+    """The recipe depth of item `item_id`'s goal: its level (1 = crafted from base items)."""
+    return crafting_tree().depth[goal_of(item_id)]
+
+
 @functools.lru_cache(maxsize=None)
 def commands(goal: str) -> tuple[str, ...]:
     """The crafting commands shown for `goal`: its tree's recipes plus up to 10 distractors, shuffled (seed 42)."""
@@ -631,7 +636,7 @@ class TextCraft(Env):
         return expert_replies(item_id)
 
     def category(self, item_id: int) -> str:
-        return f"depth-{self.tree.depth[goal_of(item_id)]}"
+        return f"depth-{goal_depth(item_id)}"
 
     def close(self) -> None:
         self.inventory = {}
