@@ -116,20 +116,28 @@ def test_every_estimator_updates_the_policy(tmp_path, nano_dir, algorithm, extra
         assert trainer._update(trajs, 2)["kl"] > 0   # the policy moved away from the reference
 
 
-def test_a_step_where_every_group_scored_alike_measures_but_does_not_step(tmp_path, nano_dir):
-    """filter_groups and no group whose scores differ: no optimizer step (Adam's momentum from the step before
-    would move the weights with no signal), but the KL is measured. A one-token reply is never a valid BabyAI
-    action, so every episode of the step scores 0."""
-    trainer = Trainer(smoke_config(tmp_path, "flat", engine="hf", lr=1e-3, filter_groups=True, max_tokens=1),
-                      log=lambda *a: None)
+@pytest.mark.parametrize("algorithm, steps", [("grpo", False), ("rloo", False), ("reinforce_plus_plus", True),
+                                              ("gae", True)])
+def test_a_step_where_every_group_scored_alike_steps_only_where_an_advantage_can_be_nonzero(tmp_path, nano_dir,
+                                                                                          algorithm, steps):
+    """filter_groups and no group whose scores differ. GRPO and RLOO: every advantage is exactly 0, so no optimizer
+    step (Adam's momentum from the step before would move the weights with no signal), but the KL is measured.
+    REINFORCE++ (whitened over the batch, with the KL loss) and GAE (advantages from its critic) still learn. A
+    one-token reply is never a valid BabyAI action, so every episode of the step scores 0."""
+    trainer = Trainer(smoke_config(tmp_path, f"flat-{algorithm}", engine="hf", lr=1e-3, filter_groups=True,
+                                   max_tokens=1, algorithm=algorithm), log=lambda *a: None)
     try:
         assert trainer._update(real_rollouts_with_known_scores(trainer), 1)["optimizer_steps"] >= 1
         model = trainer.accelerator.unwrap_model(trainer.model)
         before = {k: v.clone() for k, v in model.state_dict().items()}
         m = trainer.train_step()
-        assert m["success"] == 0 and m["zero_adv_groups"] == 1.0 and m["optimizer_steps"] == m["groups_trained"] == 0
-        assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
-        assert m["kl"] > 0 and m["grad_norm"] == 0   # the first update moved the policy from the reference
+        assert m["success"] == 0 and m["zero_adv_groups"] == 1.0
+        assert m["kl"] > 0   # the first update moved the policy from the reference
+        unchanged = all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+        if steps:
+            assert m["optimizer_steps"] >= 1 and m["groups_trained"] >= 1 and not unchanged
+        else:
+            assert m["optimizer_steps"] == m["groups_trained"] == 0 and m["grad_norm"] == 0 and unchanged
     finally:
         trainer.close()
 
