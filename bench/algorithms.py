@@ -122,7 +122,7 @@ def main() -> None:
     for e in args.estimators:
         mine = {s: runs[e, s] for s in args.seeds}
         finals = [r["final"]["success"] for r in mine.values()]
-        mean, lo, hi = t_interval(finals)
+        mean, lo, hi = t_interval(finals, bounds=(0, 1))
         row = {"final_success_mean": mean, "final_success_ci95_seeds": [lo, hi],
                "start_success_mean": float(np.mean([r["start"]["success"] for r in mine.values()])),
                "auc_mean": float(np.mean([np.mean([m["success"] for m in r["history"]]) for r in mine.values()])),

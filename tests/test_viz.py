@@ -159,3 +159,17 @@ def test_replay_reads_real_rollout_logs(trajectories, tmp_path):
     assert html.escape(last_reply) in replay.static_html()
     with pytest.raises(ValueError, match="no logged episodes"):
         Replay(str(tmp_path / "nothing"))
+
+
+def test_t_interval_over_seeds_by_hand_and_clipped_for_rates():
+    """[0.1, 0.2, 0.3]: s = 0.1, t_{0.975,2} = 4.303, half-width 4.303 * 0.1 / sqrt(3) = 0.2484. [0.1, 0.3]:
+    s = 0.1414, half-width 12.706 * 0.1414 / sqrt(2) = 1.2706, which a success rate's bounds cut to [0, 1]; a
+    curve of success gets the same bounds, a curve of KL none."""
+    from agentgym_nb.viz.plots import curve_band, t_interval
+    assert t_interval([0.1, 0.2, 0.3]) == pytest.approx((0.2, 0.2 - 0.24844, 0.2 + 0.24844), abs=1e-4)
+    assert t_interval([0.1, 0.3]) == pytest.approx((0.2, -1.0706, 1.4706), abs=1e-4)
+    assert t_interval([0.1, 0.3], bounds=(0, 1)) == pytest.approx((0.2, 0.0, 1.0), abs=1e-4)
+    assert t_interval([0.4]) == (0.4, 0.4, 0.4)
+    seeds = [[{"step": 1, "success": 0.1, "kl": 0.1}], [{"step": 1, "success": 0.3, "kl": 0.3}]]
+    assert curve_band(seeds, "success")[2][0] == pytest.approx(0.0)
+    assert curve_band(seeds, "kl")[2][0] == pytest.approx(-1.0706, abs=1e-4)

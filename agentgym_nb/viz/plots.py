@@ -19,6 +19,8 @@ LABELS = dict(PANELS) | {
     "step_seconds": "seconds per step", "explained_variance": "critic explained variance"}
 X_AXES = {"step": "training step", "episodes": "episodes played (cumulative)",
           "tokens": "policy tokens sampled (cumulative)"}
+# metrics that are shares of episodes, groups or tokens: their intervals stay within [0, 1]
+RATES = {"success", "done", "cut_by_horizon", "cut_by_tokens", "zero_adv_groups", "clip_frac"}
 # two-sided 95% quantiles of Student's t with 1..30 degrees of freedom (beyond: 1.96)
 T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
@@ -45,8 +47,9 @@ def plot_training(history: list[dict], path: str | None = None, title: str = "",
 
 # ------------------------------------------------------------------------------------- several runs, several seeds
 
-def t_interval(values: Sequence[float]) -> tuple[float, float, float]:
-    """(mean, lo, hi): mean +- t_{0.975, n-1} * s / sqrt(n) over seeds, s the unbiased standard deviation.
+def t_interval(values: Sequence[float], bounds: tuple[float, float] | None = None) -> tuple[float, float, float]:
+    """(mean, lo, hi): mean +- t_{0.975, n-1} * s / sqrt(n) over seeds, s the unbiased standard deviation, clipped to
+    `bounds` when the quantity has them (a rate: (0, 1); with two seeds t = 12.7 reaches far past them).
     One value has no spread to measure: lo = hi = mean. NaNs (a seed without that value) are left out."""
     v = np.asarray([x for x in values if x is not None and not math.isnan(x)], dtype=float)
     if len(v) == 0:
@@ -55,7 +58,10 @@ def t_interval(values: Sequence[float]) -> tuple[float, float, float]:
     if len(v) == 1:
         return mean, mean, mean
     half = (T975[len(v) - 2] if len(v) - 1 <= len(T975) else 1.96) * float(v.std(ddof=1)) / math.sqrt(len(v))
-    return mean, mean - half, mean + half
+    lo, hi = mean - half, mean + half
+    if bounds is not None:
+        lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
+    return mean, lo, hi
 
 
 def smooth(values: Sequence[float], window: int = 1) -> np.ndarray:
@@ -86,7 +92,8 @@ def curve_band(histories: list[list[dict]], key: str, *, x: str = "step", window
     n = min(len(h) for h in histories)
     ys = np.array([smooth([m.get(key, float("nan")) for m in h[:n]], window) for h in histories])
     xs = np.array([x_values(h[:n], x) for h in histories]).mean(0)
-    stats = np.array([t_interval(ys[:, i]) for i in range(n)]).reshape(n, 3)
+    bounds = (0.0, 1.0) if key in RATES else None
+    stats = np.array([t_interval(ys[:, i], bounds) for i in range(n)]).reshape(n, 3)
     return xs, stats[:, 0], stats[:, 1], stats[:, 2]
 
 
