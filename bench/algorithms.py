@@ -5,9 +5,9 @@
 Every run is the cpu preset (BabyAI, the nano model, 40 steps of 8 tasks x 8 episodes, horizon 2 -> 4 -> 6, vLLM)
 with only the estimator and the seed changed; seed s gives every estimator the same task order and sampling seeds.
 Each run is held-out-evaluated before and after training (100 tasks at horizon 6, T = 1). Runs are the named runs of
-`agentgym_nb.train.runs`, the same folders notebook 06 uses for its grid, so each trains once: this script reads
-back finished runs and resumes interrupted ones. Each run trains in its own process (a crash or a kill loses at
-most the steps since its last checkpoint).
+`agentgym_nb.train.runs`, the same folders notebook 06 uses for its grid at 40 steps (`-p steps 40`), so each trains
+once: this script reads back finished runs and resumes interrupted ones. Each run trains in its own process (a crash
+or a kill loses at most the steps since its last checkpoint).
 
 Per estimator: final success per seed (95% Wilson interval over tasks), its mean over seeds with a 95% t-interval,
 the area under the training-success curve, and each estimator minus GRPO paired by seed (same tasks, same seeds)

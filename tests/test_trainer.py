@@ -116,16 +116,18 @@ def test_every_estimator_updates_the_policy(tmp_path, nano_dir, algorithm, extra
         assert trainer._update(trajs, 2)["kl"] > 0   # the policy moved away from the reference
 
 
-@pytest.mark.parametrize("algorithm, steps", [("grpo", False), ("rloo", False), ("reinforce_plus_plus", True),
-                                              ("gae", True)])
-def test_a_step_where_every_group_scored_alike_steps_only_where_an_advantage_can_be_nonzero(tmp_path, nano_dir,
-                                                                                          algorithm, steps):
-    """filter_groups and no group whose scores differ. GRPO and RLOO: every advantage is exactly 0, so no optimizer
-    step (Adam's momentum from the step before would move the weights with no signal), but the KL is measured.
-    REINFORCE++ (whitened over the batch, with the KL loss) and GAE (advantages from its critic) still learn. A
-    one-token reply is never a valid BabyAI action, so every episode of the step scores 0."""
+@pytest.mark.parametrize("algorithm, extra, steps", [
+    ("grpo", {}, False), ("rloo", {}, False), ("reinforce_plus_plus", {}, False),
+    ("reinforce_plus_plus", {"kl_in_reward": True, "kl_coef": 0.1}, True), ("gae", {}, True)])
+def test_a_step_where_every_group_scored_alike_steps_only_where_an_advantage_is_nonzero(tmp_path, nano_dir,
+                                                                                        algorithm, extra, steps):
+    """filter_groups and no group whose scores differ: a one-token reply is never a valid BabyAI action, so every
+    episode of the step scores 0. GRPO, RLOO, and REINFORCE++ with the KL as a loss: every advantage is exactly 0,
+    so no optimizer step (Adam's momentum from the step before would move the weights with no signal), but the KL
+    is measured. REINFORCE++ with the KL in the reward (-beta * KL per token: non-zero returns) and GAE
+    (advantages from its critic, which learns too) still step."""
     trainer = Trainer(smoke_config(tmp_path, f"flat-{algorithm}", engine="hf", lr=1e-3, filter_groups=True,
-                                   max_tokens=1, algorithm=algorithm), log=lambda *a: None)
+                                   max_tokens=1, algorithm=algorithm, **extra), log=lambda *a: None)
     try:
         assert trainer._update(real_rollouts_with_known_scores(trainer), 1)["optimizer_steps"] >= 1
         model = trainer.accelerator.unwrap_model(trainer.model)

@@ -5,7 +5,7 @@ One training step:
     2. rollout   items_for_step(step) x n episodes, each at most H replies, sampled by the engine
                  (with filter_groups: oversampled items, then only groups whose scores differ are kept: a group
                  where every episode scored the same has zero advantage and would only dilute the update; when
-                 no group is left, a GRPO/RLOO step measures its losses and skips the optimizer)
+                 no group is left and every advantage is 0, the step measures its losses and skips the optimizer)
     3. credit    advantages from the episode scores (GRPO: score minus its group's mean, over the group's std;
                  RLOO: minus the mean of the others; REINFORCE++: whitened returns; GAE: a critic's values)
     4. update    PPO-clip loss on policy tokens + KL to the frozen reference (a loss term, or a per-token reward
@@ -190,12 +190,8 @@ class Trainer:
         if not usable:   # (with several processes this one would leave the others waiting: fail loudly)
             raise RuntimeError(f"step {step}: no usable episode ({len(failed)} failed): check the env server")
         train_on = informative_groups(usable, cfg.prompts_per_step) if cfg.filter_groups else usable
-        # GRPO/RLOO and no group of any process whose scores differ: every advantage is 0, and an optimizer step
-        # would only replay Adam's momentum from earlier steps. The losses (KL, entropy) are still measured.
-        # (GAE's advantages come from its critic, REINFORCE++'s may carry the KL: those steps still learn.)
-        learn = (not cfg.filter_groups or cfg.algorithm not in ("grpo", "rloo")
-                 or self._sum_over_processes(len(train_on))[0] > 0)
-        update = self._update(train_on or usable, step, learn=learn)
+        update = self._update(train_on or usable, step)
+        learn = update["optimizer_steps"] > 0
         t_sync = time.perf_counter()
         self.sync_engine()
         metrics = {
@@ -227,9 +223,9 @@ class Trainer:
             self.save_checkpoint()
         return metrics
 
-    def _update(self, trajs, step: int, learn: bool = True) -> dict:
-        """PPO epochs over mini-batches of `trajs`; with `learn=False` the same passes measure the losses without
-        a backward pass or an optimizer step."""
+    def _update(self, trajs, step: int) -> dict:
+        """PPO epochs over mini-batches of `trajs`. When dynamic sampling left no signal (every advantage 0, no
+        critic), the same passes measure the losses without a backward pass or an optimizer step."""
         cfg = self.cfg
         t0 = time.perf_counter()
         batch = collate(trajs, self.tokenizer.pad_token_id)
@@ -253,6 +249,13 @@ class Trainer:
             adv = self._whiten(adv, mask)
         per_token = {"old_logp": old_logp, "ref_logp": ref_logp, "adv": adv, "old_values": old_values,
                      "returns": returns if returns is not None else old_values}
+        if cfg.filter_groups and self.critic is None:
+            # Dynamic sampling left no signal on any process: every advantage is 0 (no group's scores differ:
+            # GRPO and RLOO; REINFORCE++ too when every score is equal and no KL is in the reward). An optimizer
+            # step would only replay Adam's momentum from earlier steps; the losses (KL, entropy) are measured.
+            learn = self._sum_over_processes(int(bool(adv.any())))[0] > 0
+        else:
+            learn = True
         t_logprob = time.perf_counter() - t0
         rng = random.Random(cfg.seed * 7_919 + step)
         sums = {"pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "dual_clip_frac": 0.0, "grad_norm": 0.0}

@@ -60,7 +60,7 @@ def t_interval(values: Sequence[float], bounds: tuple[float, float] | None = Non
     half = (T975[len(v) - 2] if len(v) - 1 <= len(T975) else 1.96) * float(v.std(ddof=1)) / math.sqrt(len(v))
     lo, hi = mean - half, mean + half
     if bounds is not None:
-        lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
+        lo, hi = max(lo, float(bounds[0])), min(hi, float(bounds[1]))
     return mean, lo, hi
 
 
@@ -88,7 +88,8 @@ def x_values(history: list[dict], x: str = "step") -> np.ndarray:
 
 def curve_band(histories: list[list[dict]], key: str, *, x: str = "step", window: int = 1):
     """(x, mean, lo, hi) of metric `key` over the seeds' histories (each smoothed first), on the steps every seed
-    has; x is averaged over seeds (it only differs between seeds for x = episodes / tokens)."""
+    has; x is averaged over seeds (it only differs between seeds for x = episodes / tokens). The band of a rate
+    (RATES) is clipped to [0, 1]."""
     n = min(len(h) for h in histories)
     ys = np.array([smooth([m.get(key, float("nan")) for m in h[:n]], window) for h in histories])
     xs = np.array([x_values(h[:n], x) for h in histories]).mean(0)
