@@ -122,6 +122,20 @@ def test_grpo_equal_scores_give_zero():
     assert adv.abs().sum() == 0
 
 
+@pytest.mark.parametrize("n", [7, 8, 16])
+def test_a_group_of_equal_inexact_scores_gets_exactly_zero(n):
+    """Eight scores of 0.9 (BabyAI's 1 - 0.9 * steps / max_steps is rarely a round binary number): their float32
+    mean misses 0.9 by an ulp, and GRPO divided that by a std of about an ulp: +-0.056 for every member, a push
+    with no signal behind it. The other group keeps its advantages: 0 and 1 in a group of 4 give
+    -+0.5 / (sqrt(1/3) + 1e-6) = -+0.866024."""
+    scores = torch.tensor([0.9] * n + [0.0, 1.0, 0.0, 1.0])
+    group = torch.tensor([0] * n + [1] * 4)
+    for estimator in (grpo, rloo):
+        adv = estimator(scores, group, torch.ones(n + 4, 2))
+        assert torch.equal(adv[:n], torch.zeros(n, 2)), estimator.__name__
+    assert grpo(scores, group, torch.ones(n + 4, 1))[n:, 0].tolist() == pytest.approx([-0.866024, 0.866024] * 2, abs=1e-6)
+
+
 def test_rloo_leave_one_out():
     m = torch.tensor([[1, 1], [1, 0], [0, 1], [1, 1], [1, 1], [1, 1]])
     scores = torch.tensor([1.0, 2.0, 6.0, 0.0, 1.0, 9.0])

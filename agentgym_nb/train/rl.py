@@ -5,7 +5,8 @@ One training step:
     2. rollout   items_for_step(step) x n episodes, each at most H replies, sampled by the engine
                  (with filter_groups: oversampled items, then only groups whose scores differ are kept: a group
                  where every episode scored the same has zero advantage and would only dilute the update; when
-                 no group is left and every advantage is 0, the step measures its losses and skips the optimizer)
+                 no group is left and, without a critic, every advantage on every process is 0, the step measures
+                 its losses and skips the optimizer)
     3. credit    advantages from the episode scores (GRPO: score minus its group's mean, over the group's std;
                  RLOO: minus the mean of the others; REINFORCE++: whitened returns; GAE: a critic's values)
     4. update    PPO-clip loss on policy tokens + KL to the frozen reference (a loss term, or a per-token reward
@@ -250,9 +251,10 @@ class Trainer:
         per_token = {"old_logp": old_logp, "ref_logp": ref_logp, "adv": adv, "old_values": old_values,
                      "returns": returns if returns is not None else old_values}
         if cfg.filter_groups and self.critic is None:
-            # Dynamic sampling left no signal on any process: every advantage is 0 (no group's scores differ:
-            # GRPO and RLOO; REINFORCE++ too when every score is equal and no KL is in the reward). An optimizer
-            # step would only replay Adam's momentum from earlier steps; the losses (KL, entropy) are measured.
+            # Dynamic sampling left no signal on any process: every advantage is 0 (GRPO and RLOO when no group's
+            # scores differ; REINFORCE++ when every score is equal, gamma is 1 and no KL is in the reward). An
+            # optimizer step would only replay Adam's momentum from earlier steps; the losses (KL, entropy) are
+            # measured.
             learn = self._sum_over_processes(int(bool(adv.any())))[0] > 0
         else:
             learn = True
