@@ -173,3 +173,16 @@ def test_t_interval_over_seeds_by_hand_and_clipped_for_rates():
     seeds = [[{"step": 1, "success": 0.1, "kl": 0.1}], [{"step": 1, "success": 0.3, "kl": 0.3}]]
     assert curve_band(seeds, "success")[2][0] == pytest.approx(0.0)
     assert curve_band(seeds, "kl")[2][0] == pytest.approx(-1.0706, abs=1e-4)
+
+
+def test_training_curves_smooth_measurements_but_draw_the_horizon_as_scheduled():
+    """A 3-step trailing mean of success 0, 0, 0.3, 0.3 is 0, 0, 0.1, 0.2; the horizon 2, 2, 4, 4 is drawn as is
+    (smoothed, a stepwise jump would look like a ramp)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from agentgym_nb.viz.plots import plot_runs
+    history = [{"step": i + 1, "success": s, "max_rounds": h} for i, (s, h) in enumerate(zip([0, 0, 0.3, 0.3],
+                                                                                              [2, 2, 4, 4]))]
+    fig = plot_runs({"run": [history]}, ["success", "max_rounds"], window=3, ncols=2)
+    assert fig.axes[0].lines[0].get_ydata().tolist() == pytest.approx([0, 0, 0.1, 0.2])
+    assert fig.axes[1].lines[0].get_ydata().tolist() == [2, 2, 4, 4]

@@ -113,7 +113,8 @@ def plot_runs(runs: dict[str, list[list[dict]]], keys: Sequence[str] = ("reward"
             if not histories or not all(histories):
                 continue
             color = (colors or {}).get(label, f"C{i}")
-            xs, mean, lo, hi = curve_band(histories, key, x=x, window=window)
+            # the horizon is a schedule, not a noisy measurement: a smoothed one ramps where it jumps
+            xs, mean, lo, hi = curve_band(histories, key, x=x, window=1 if key == "max_rounds" else window)
             seeds = len(histories)
             ax.plot(xs, mean, marker="o", ms=2.5, color=color,
                     label=f"{label} ({seeds} seed{'s' if seeds > 1 else ''})")
