@@ -5,6 +5,8 @@
 2. `union` (REINFORCE++): every rank plays its share of the items, re-scored so the shares differ in mean (rank 1
    scores one higher), and makes one update; every rank writes its episodes and its weights afterwards, for the test
    to compare with one process's update on the union of the episodes.
+3. `skip` (GRPO, filter_groups): an update where only rank 1's groups carry a signal (rank 0's all score 0.9), then
+   one where no rank's do; every rank writes its optimizer steps and weight fingerprints.
 """
 import dataclasses
 import json
@@ -71,7 +73,32 @@ def union_update(out_dir: str) -> None:
     trainer.close()
 
 
+def skip_decision(out_dir: str) -> None:
+    """The skip is decided over all processes: a rank whose own advantages are all 0 must still take its part in
+    the backward passes and optimizer steps when another rank has a signal (or the ranks would part ways)."""
+    cfg = make_config(preset="smoke", name="skip", overrides={
+        "out_dir": out_dir, "engine": "hf", "lr": 1e-2, "filter_groups": True, "prompts_per_step": 4,
+        "samples_per_prompt": 2, "mini_batches": 2, "threads": 1})
+    trainer = Trainer(cfg, log=lambda *a: None)
+    rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    trajs = rescored_episodes(trainer, rank, world)
+    record = {"before": fingerprint(model)}
+    for t in trajs:
+        t.reward = 0.9 if rank == 0 else t.reward - rank   # rank 0: constant groups; rank 1: 0/1 in each group
+    record["one_rank_steps"] = trainer._update(trajs, 1)["optimizer_steps"]
+    record["after_one"] = fingerprint(model)
+    for t in trajs:
+        t.reward = 0.9
+    record["no_rank_steps"] = trainer._update(trajs, 2)["optimizer_steps"]
+    record["after_none"] = fingerprint(model)
+    with open(os.path.join(out_dir, f"skip_rank{rank}.json"), "w") as f:
+        json.dump(record, f)
+    trainer.close()
+
+
 if __name__ == "__main__":
     grpo_step(sys.argv[1])
     union_update(sys.argv[1])
+    skip_decision(sys.argv[1])
     torch.distributed.barrier()

@@ -63,5 +63,16 @@ def test_two_process_reinforce_pp_update_is_the_update_on_the_union(ddp_out, tmp
     assert gap < 1e-3, f"the two-process update is not the update on the union: they differ by {gap:.1e} of it"
 
 
+def test_two_process_skip_is_decided_over_both_processes(ddp_out):
+    """filter_groups, GRPO: rank 0's groups all score 0.9 (every advantage 0), rank 1's score 0 and 1. Both ranks
+    step (rank 1 has a signal) and stay identical; then with no signal on either rank, neither steps."""
+    ranks = [json.load(open(ddp_out / f"skip_rank{r}.json")) for r in (0, 1)]
+    assert [r["one_rank_steps"] for r in ranks] == [2, 2]
+    assert ranks[0]["after_one"] != ranks[0]["before"]
+    assert ranks[0]["after_one"] == pytest.approx(ranks[1]["after_one"], rel=0, abs=0)
+    assert [r["no_rank_steps"] for r in ranks] == [0, 0]
+    assert [r["after_none"] for r in ranks] == [ranks[0]["after_one"]] * 2
+
+
 def _norm(tensors: dict) -> float:
     return sum(float(v.double().norm()) ** 2 for v in tensors.values()) ** 0.5
