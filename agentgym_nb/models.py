@@ -91,6 +91,11 @@ CPU_ENV_SPEC = {"babyai": dict(hesitation=0.4, bc_max_steps=450, bc_batch_tokens
                 "searchqa": dict(tokenizer="words", demos=2400, bc_max_steps=800, check_every=100)}
 
 
+def nano_dir(cfg) -> str:
+    """The folder of the nano build a RunConfig means, built or not (`resolve_config` builds it when missing)."""
+    return nano_path(nano_spec(cfg.env, cfg.preset, cfg.levels), cfg.preset)
+
+
 def nano_spec(env: str = "babyai", preset: str = "cpu", levels: list[int] | None = None) -> NanoSpec:
     """The build recipe of the nano model of `env` at `preset` (smoke: tiny; cpu and paper: the CPU default)."""
     from .config import CPU_EPISODES

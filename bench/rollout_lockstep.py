@@ -158,9 +158,7 @@ class SlowEnv:
 
 
 def built_nano(env: str) -> bool:
-    cfg = make_config(preset="cpu", env=env)
-    path = models.nano_path(models.nano_spec(env, "cpu", cfg.levels))
-    return os.path.exists(os.path.join(path, "build.json"))
+    return os.path.exists(os.path.join(models.nano_dir(make_config(preset="cpu", env=env)), "build.json"))
 
 
 def setting(name: str, items_override: int | None, rounds_override: int | None) -> dict:

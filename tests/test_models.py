@@ -88,6 +88,16 @@ def test_a_changed_recipe_is_a_different_build():
     assert models.nano_path(models.nano_spec("babyai", "smoke", [0, 1]), "smoke").split(os.sep)[-1].startswith("nano-babyai-smoke-")
 
 
+def test_nano_dir_names_the_folder_resolve_builds(nano_dir):
+    """Notebook 00 and the benchmarks ask whether a build exists without building it: the folder they look in is
+    the one `resolve_config` builds into, and it carries the config's levels (TextCraft's cpu preset keeps depths
+    1-2: another build than one over every goal)."""
+    from agentgym_nb.config import make_config
+    assert models.nano_dir(make_config(preset="smoke", env="babyai")) == nano_dir
+    textcraft = make_config(preset="cpu", env="textcraft")
+    assert textcraft.levels and models.nano_dir(textcraft) != models.nano_path(models.nano_spec("textcraft", "cpu"))
+
+
 SLOW = pytest.mark.skipif(not os.environ.get("AGENTGYM_NB_SLOW"), reason="slow (~2-4 min): set AGENTGYM_NB_SLOW=1")
 
 
