@@ -190,6 +190,11 @@ CPU_EPISODES = {
     "miniwob": dict(rounds=[2, 4, 6], eval_rounds=6, max_tokens=128, max_total_tokens=3072, max_envs=8),
     "webarena": dict(rounds=[4, 8, 12], eval_rounds=12, max_tokens=128, max_total_tokens=8192, max_envs=6),
 }
+# The cpu preset trains 40 steps of 8 tasks x 8 episodes, except where a step costs far more: a WebArena step
+# (Chromium, accessibility trees of ~2k tokens per turn) took 170-184 s at H = 4 alone on two cores against ~9 s for
+# BabyAI, so 40 such steps would take about 3.5 hours. Half the tasks per step and 24 steps (three stages of 8) keep
+# its notebook-05 run near an hour.
+CPU_BUDGETS = {"webarena": dict(prompts_per_step=4, steps=24, rounds_every=8)}
 
 # Episode shape of the smoke preset per env (horizon 1 then 2). The prompt and two turns must fit the trajectory
 # budget, or a smoke run trains on nothing: prompts with a smoke nano's tokenizer are BabyAI ~250 tokens, SearchQA
@@ -255,7 +260,7 @@ def preset_values(env: str, preset: str) -> dict[str, Any]:
         return dict(**small, **CPU_EPISODES[env], model="nano", prompts_per_step=8, samples_per_prompt=8,
                     oversample=2, filter_groups=True,
                     schedule="stepwise", rounds_every=12, steps=40, lr=3e-4, kl_coef=0.001, mini_batches=2,
-                    save_every=5, eval_items=100, bf16=False)   # fp32: see models.build_nano
+                    save_every=5, eval_items=100, bf16=False) | CPU_BUDGETS.get(env, {})   # fp32: models.build_nano
     return dict(**small, **SMOKE_EPISODES[env], model="nano", prompts_per_step=2, samples_per_prompt=2,
                 max_tokens=24, schedule="stepwise", rounds=[1, 2], rounds_every=1, steps=2, lr=1e-5, save_every=1,
                 eval_items=4, eval_rounds=2, micro_batch_tokens=2048)

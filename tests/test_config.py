@@ -18,6 +18,14 @@ def test_none_kwargs_leave_the_preset_alone():
     assert cfg.steps == make_config(preset="smoke").steps
 
 
+def test_cpu_preset_gives_webarena_a_smaller_budget_in_three_equal_stages():
+    babyai, web = make_config(preset="cpu", env="babyai"), make_config(preset="cpu", env="webarena")
+    assert (babyai.prompts_per_step, babyai.steps, babyai.rounds_every) == (8, 40, 12)
+    assert (web.prompts_per_step, web.steps, web.rounds_every, web.rounds) == (4, 24, 8, [4, 8, 12])
+    assert web.samples_per_prompt == babyai.samples_per_prompt == 8 and web.lr == babyai.lr
+    assert make_config(preset="cpu", env="webarena", steps=30, prompts_per_step=8).prompts_per_step == 8
+
+
 def test_preset_from_environment(monkeypatch):
     monkeypatch.setenv("AGENTGYM_NB_PRESET", "smoke")
     assert make_config().preset == "smoke"
