@@ -23,7 +23,13 @@ BABYAI_CPU_LEVELS = [0, 1, 2, 3, 4, 7, 8, 9, 10, 12, 13, 15, 18, 19, 20, 21, 22,
 # for the same reason: a cpu nano cloned on every depth solved none (bench/README.md); depths 3 and 4 need 11 and 19
 # turns on average. Results on them are not comparable with the paper's all-depth TextCraft numbers.
 TEXTCRAFT_CPU_LEVELS = [1, 2]
-CPU_LEVELS = {"babyai": BABYAI_CPU_LEVELS, "textcraft": TEXTCRAFT_CPU_LEVELS}
+# SciWorld tasks of the cpu and smoke presets: the 10 of 23 whose gold action sequences are short (4-17 actions,
+# sampled over four train variations each: power-component, the four find-* tasks, secondary paint colours, the three
+# lifespan tasks, identify-life-stages-2), so an episode fits the cpu horizon of 24 with room to err; the others take
+# 18-94 (boil 31-42, measure-melting-point-unknown-substance up to 94). 818 train and 88 test items. As with
+# TextCraft's depths, results on them are not comparable with the paper's all-task SciWorld numbers.
+SCIWORLD_CPU_LEVELS = [7, 11, 12, 13, 14, 16, 18, 19, 20, 22]
+CPU_LEVELS = {"babyai": BABYAI_CPU_LEVELS, "textcraft": TEXTCRAFT_CPU_LEVELS, "sciworld": SCIWORLD_CPU_LEVELS}
 
 
 def default_outputs_dir() -> str:
@@ -58,7 +64,8 @@ class RunConfig:
     train_items: tuple[int, int] | None = None
     test_items: tuple[int, int] | None = None
     levels: list[int] | None = None      # restrict items to these levels: BabyAI level indices (item_id % 40),
-                                         # TextCraft recipe depths of the goal (1-4); envs.ITEM_LEVELS
+                                         # TextCraft recipe depths of the goal (1-4), SciWorld task indices
+                                         # (0-22); envs.ITEM_LEVELS
     # rollout
     prompts_per_step: int = 8            # data.train_batch_size: distinct items per training step
     samples_per_prompt: int = 4          # actor_rollout_ref.rollout.n: episodes per item (one GRPO group)
@@ -357,7 +364,8 @@ def round_schedule(cfg: RunConfig):
 
 def item_pool(cfg: RunConfig, split: str) -> list[int]:
     """The item ids of `split` ("train" or "test"): the range `cfg.<split>_items` when set, else the env's shipped
-    list; only items whose level (BabyAI: id % 40; TextCraft: the goal's recipe depth) is in `cfg.levels`."""
+    list; only items whose level (envs.ITEM_LEVELS: BabyAI id % 40, TextCraft the goal's recipe depth, SciWorld the
+    task index) is in `cfg.levels`."""
     from . import envs
     lo_hi = cfg.train_items if split == "train" else cfg.test_items
     pool = list(range(*lo_hi)) if lo_hi is not None else envs.item_ids(cfg.env, split)

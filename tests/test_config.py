@@ -88,6 +88,23 @@ def test_levels_select_items_by_level():
     assert envs.item_level("textcraft", 0) == 1 and envs.item_level("textcraft", 543) == 4
 
 
+def test_sciworld_levels_are_task_indices_and_the_cpu_preset_keeps_the_short_tasks():
+    from agentgym_nb import envs
+    from agentgym_nb.config import item_pool
+    from agentgym_nb.envs.sciworld import item_id_of
+    # AgentGym's flat list: boil's 30 variations are ids 0-29; the last id, 4638, is identify-life-stages-2's
+    assert envs.item_level("sciworld", 0) == envs.item_level("sciworld", 29) == 0
+    assert envs.item_level("sciworld", 30) == 1 and envs.item_level("sciworld", 4638) == 22
+    assert envs.item_level("sciworld", item_id_of("find-plant", 0)) == 13
+    sciworld = make_config(preset="cpu", env="sciworld")
+    assert sciworld.levels == [7, 11, 12, 13, 14, 16, 18, 19, 20, 22]
+    train, test = item_pool(sciworld, "train"), item_pool(sciworld, "test")
+    assert len(train) == 818 and len(test) == 88 and not set(train) & set(test)
+    assert {envs.item_level("sciworld", i) for i in test} == set(sciworld.levels)
+    with pytest.raises(ValueError, match=r"task index in AgentGym's task list .*integers in \[0, 23\)"):
+        make_config(preset="cpu", env="sciworld", overrides=["levels=[23]"])
+
+
 def test_override_values_are_parsed_as_json_when_possible():
     assert parse_overrides(["a=[1,2]", "b=true", "c=1e-6", "d=hello", "e=True"]) == {
         "a": [1, 2], "b": True, "c": 1e-6, "d": "hello", "e": True}

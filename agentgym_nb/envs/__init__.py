@@ -64,9 +64,10 @@ def serve(name: str, host: str = "127.0.0.1", port: int = 36002, **kw) -> None:
 
 # Envs whose items come in levels that a preset may restrict itself to (RunConfig.levels): the valid levels and
 # what a level is. BabyAI: the level index (item_id % 40; 0 is GoToRedBallGrey); TextCraft: the recipe depth of the
-# goal (1 = crafted from base items, up to 4).
+# goal (1 = crafted from base items, up to 4); SciWorld: the task's index in AgentGym's task list (0 = boil).
 ITEM_LEVELS = {"babyai": (range(40), "level index (item_id % 40)"),
-               "textcraft": (range(1, 5), "recipe depth of the goal")}
+               "textcraft": (range(1, 5), "recipe depth of the goal"),
+               "sciworld": (range(23), "task index in AgentGym's task list (sciworld.TASKS)")}
 
 
 def item_level(name: str, item_id: int) -> int:
@@ -77,6 +78,9 @@ def item_level(name: str, item_id: int) -> int:
     if name == "textcraft":
         from .textcraft import goal_depth
         return goal_depth(item_id)
+    if name == "sciworld":
+        from .sciworld import task_index
+        return task_index(item_id)
     raise ValueError(f"env {name!r} has no item levels; levels select items of {', '.join(ITEM_LEVELS)} only")
 
 

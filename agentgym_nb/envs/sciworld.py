@@ -87,6 +87,11 @@ def game(item_id: int) -> tuple[str, int]:
     return TASKS[task], item_id - FIRST[task]
 
 
+def task_index(item_id: int) -> int:
+    """item_id -> the index of its task in TASKS (0 = boil, 22 = identify-life-stages-2): its level."""
+    return TASKS.index(game(item_id)[0])
+
+
 def item_id_of(task: str, variation: int) -> int:
     """(task name, variation) -> item id; the inverse of `game`."""
     if task not in VARIATIONS:
