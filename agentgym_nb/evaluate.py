@@ -56,7 +56,8 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     denom = 1 + z * z / n
     center = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, center - half), min(1.0, center + half)
+    # the interval always holds p; at p = 0 or 1 the bound equals p only up to rounding (0/27: lo = 6.9e-18)
+    return min(p, max(0.0, center - half)), max(p, min(1.0, center + half))
 
 
 def mean_ci(values: Sequence[float], z: float = 1.96) -> tuple[float, float]:

@@ -83,6 +83,8 @@ def test_wilson_interval():
     assert (lo, hi) == (pytest.approx(0.490157, abs=1e-5), pytest.approx(0.943319, abs=1e-5))
     lo, hi = wilson_interval(0, 10)  # not the empty interval [0, 0] of p +- z*se
     assert lo == 0.0 and hi == pytest.approx(3.8416 / 13.8416, abs=1e-9)  # z^2/(n + z^2)
+    for n in range(1, 200):   # exactly p at the ends: 0/27 gave lo = 6.9e-18 > p, and an error bar of -6.9e-18
+        assert wilson_interval(0, n)[0] == 0.0 and wilson_interval(n, n)[1] == 1.0
     with pytest.raises(ValueError):
         wilson_interval(3, 0)
     with pytest.raises(ValueError):
