@@ -84,11 +84,15 @@ def resolve_config(cfg, log=print) -> str:
 # words and see more episodes than they can memorise (bench/README.md: with phrases and 342 or 600 episodes they
 # memorised names and solved nothing). TextCraft's clone (depth 1-2 goals) then trains 600 more steps at a learning
 # rate falling to 0: 0/32 validation successes after 800 steps, 1-2/32 after the decay (bench/README.md, session 17).
+# SciWorld's actions name objects of the room description ("focus on red wire"): TextCraft's recipe, without the
+# renamed copies (its demonstrations on the cpu tasks are 1.2-1.7k word-level tokens: all fit).
 CPU_ENV_SPEC = {"babyai": dict(hesitation=0.4, bc_max_steps=450, bc_batch_tokens=8192, check_every=150,
                                target_success=1.1),
                 "textcraft": dict(tokenizer="words", renamed_copies=4, bc_max_steps=800, check_every=80,
                                   bc_decay_steps=600, bc_decay_lr=2e-3),
-                "searchqa": dict(tokenizer="words", demos=2400, bc_max_steps=800, check_every=100)}
+                "searchqa": dict(tokenizer="words", demos=2400, bc_max_steps=800, check_every=100),
+                "sciworld": dict(tokenizer="words", bc_max_steps=800, check_every=100, bc_decay_steps=600,
+                                 bc_decay_lr=2e-3)}
 
 
 def nano_dir(cfg) -> str:
