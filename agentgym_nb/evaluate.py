@@ -462,9 +462,11 @@ def parse_ks(text: str, n: int) -> list[int]:
     return ks
 
 
-def parse_items(text: str, env: str) -> list[int]:
-    """"test" / "train" (the env's shipped item list) or "a:b" (item ids a..b-1)."""
-    from . import envs
+def parse_items(text: str, cfg) -> list[int]:
+    """"test" / "train": the items a run of `cfg` evaluates or trains on (the env's shipped list, only the preset's
+    levels: the cpu preset's BabyAI one-room levels, TextCraft depths 1-2, SciWorld's short tasks); "a:b": item ids
+    a..b-1, whatever their level."""
+    from .config import item_pool
     if ":" in text:
         try:
             lo, hi = (int(x) for x in text.split(":"))
@@ -475,7 +477,7 @@ def parse_items(text: str, env: str) -> list[int]:
         return list(range(lo, hi))
     if text not in ("test", "train"):
         raise ValueError(f"--items must be test, train or a:b, got {text!r}")
-    return envs.item_ids(env, text)
+    return item_pool(cfg, text)
 
 
 def resolve_model(spec: str, *, env: str | None, preset: str | None, log=print) -> tuple[str, object, str | None]:
@@ -511,7 +513,8 @@ def main(argv=None) -> dict:
     p.add_argument("--k", default=None, help="comma-separated k for pass@k / pass^k (default: powers of 2 and n)")
     p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (then n must be 1)")
     p.add_argument("--max-rounds", type=int, default=None, help="horizon (default: the config's eval_rounds)")
-    p.add_argument("--items", default="test", help="test, train, or a:b (item ids a..b-1)")
+    p.add_argument("--items", default="test", help="test or train (the preset's items: its levels only), or a:b "
+                                                   "(item ids a..b-1)")
     p.add_argument("--out", default=None, help="output folder for results.jsonl and summary.json")
     p.add_argument("--engine", default=None, choices=["vllm", "hf", "auto"], help="default: the config's engine")
     p.add_argument("--preset", default=None, help="smoke, cpu or paper: settings and nano build (default: cpu)")
@@ -528,7 +531,7 @@ def main(argv=None) -> dict:
         if args.temperature == 0 and args.n > 1:
             raise ValueError(f"--temperature 0 is greedy: every sample is the same episode, use --n 1 (got {args.n})")
         model_dir, cfg, checkpoint = resolve_model(args.model, env=args.env, preset=args.preset)
-        items = parse_items(args.items, cfg.env)
+        items = parse_items(args.items, cfg)
     except (ValueError, KeyError) as e:
         p.error(str(e))
     return run_cli(args, cfg, model_dir, checkpoint, items, ks)

@@ -190,6 +190,17 @@ def test_cli_errors(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_cli_items_are_the_presets_items():
+    """--items test/train are the items a run of the config plays (its levels only), a:b any ids."""
+    from agentgym_nb.config import make_config
+    from agentgym_nb.evaluate import parse_items
+    sciworld = make_config(preset="cpu", env="sciworld")   # the 10 short tasks: 88 of the 201 shipped test items
+    assert len(parse_items("test", sciworld)) == 88 and len(envs.item_ids("sciworld", "test")) == 201
+    assert all(i % 40 == 3 for i in parse_items("train", make_config(preset="cpu", overrides=["levels=[3]"])))
+    assert parse_items("test", make_config(preset="cpu", env="searchqa")) == envs.item_ids("searchqa", "test")
+    assert parse_items("0:3", sciworld) == [0, 1, 2]   # boil: a task outside the preset's levels
+
+
 def save_trainer_checkpoint(run_dir: str, model_dir: str, step: int) -> dict:
     """What Trainer.save_checkpoint writes (accelerate's save_state of the policy and its optimizer, plus
     trainer_state.json), for a policy whose weights were moved away from the base model's. Returns those weights."""
