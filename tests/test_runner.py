@@ -92,3 +92,31 @@ def test_a_server_that_never_answers_times_out(hf_nano, chat):
     assert elapsed < 20
     assert [t.failed for t in trajs] == ["env call timed out after 2s"] * 2
     assert all(t.num_policy_tokens == 0 for t in trajs)
+
+
+class CappedBabyAI(envs.env_class("babyai")):
+    """Real BabyAI, capped like SciWorld's JVMs: at most CAP live envs per process, creating one more fails at once,
+    and close gives the slot back only after a while (a JVM's release is not instant)."""
+    CAP, live, lock = 2, 0, threading.Lock()
+
+    def __init__(self):
+        with CappedBabyAI.lock:
+            if CappedBabyAI.live >= CappedBabyAI.CAP:
+                raise envs.EnvError(f"all {CappedBabyAI.CAP} slots are in use")
+            CappedBabyAI.live += 1
+        super().__init__()
+
+    def close(self):
+        time.sleep(0.2)
+        with CappedBabyAI.lock:
+            CappedBabyAI.live -= 1
+        super().close()
+
+
+def test_an_env_keeps_its_slot_until_it_is_closed(hf_nano, chat):
+    """With max_concurrency = the cap, a new episode starts only once an ended one's env is closed: no episode fails
+    for want of a slot (before, a create could overtake the close it waited for, as SciWorld's step 1 showed)."""
+    trajs = run_episodes(hf_nano, CappedBabyAI, list(range(6)), chat, n=2, max_rounds=1, max_concurrency=2,
+                         params=SamplingParams(max_tokens=8, seed=0), max_total_tokens=1500, env_timeout=30)
+    assert len(trajs) == 12 and [t.failed for t in trajs] == [None] * 12
+    assert CappedBabyAI.live == 0   # every env closed by the time run_episodes returns

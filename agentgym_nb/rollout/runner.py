@@ -94,6 +94,9 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
     # their envs are gone when this returns; a failed episode's env may sit on a dead server: not waited for.
     closer = cf.ThreadPoolExecutor(max_workers=4, thread_name_prefix="env-close")
     closing: list[cf.Future] = []
+    # An env holds its slot until its close is done: envs capped per process (SciWorld's JVMs) would otherwise see a
+    # new episode's create arrive before the last one's close and fail it ("all 4 JVMs in use").
+    unclosed: list[cf.Future] = []
     last_generate = 0.0   # seconds of the previous generate call (0 before the first: no lingering)
 
     def begin(index: int, group_item: tuple[int, int]) -> None:
@@ -104,6 +107,7 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
     def finish(ep: _Episode) -> None:
         if ep.env is not None:
             fut = closer.submit(_close_quietly, ep.env)
+            unclosed.append(fut)
             if not ep.traj.failed:
                 closing.append(fut)
         finished.append(ep.traj)
@@ -114,8 +118,12 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
 
     try:
         while todo or waiting or ready:
-            while todo and len(waiting) + len(ready) < max_concurrency:
+            unclosed[:] = [f for f in unclosed if not f.done()]
+            while todo and len(waiting) + len(ready) + len(unclosed) < max_concurrency:
                 begin(*todo.popleft())
+            if not waiting and not ready:   # every slot is an env still closing
+                cf.wait(unclosed, timeout=env_timeout, return_when=cf.FIRST_COMPLETED)
+                continue
             if not ready:   # nothing to generate: wait for the first env reply (or a timeout)
                 done, _ = cf.wait(waiting, timeout=_time_left(waiting), return_when=cf.FIRST_COMPLETED)
                 if done:   # let the replies that are about to come join this batch
