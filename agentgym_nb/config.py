@@ -26,7 +26,7 @@ TEXTCRAFT_CPU_LEVELS = [1, 2]
 # SciWorld tasks of the cpu and smoke presets: the 10 of 23 whose gold action sequences are short (4-17 actions,
 # sampled over four train variations each: power-component, the four find-* tasks, secondary paint colours, the three
 # lifespan tasks, identify-life-stages-2), so an episode fits the cpu horizon of 24 with room to err; the others take
-# 18-94 (boil 31-42, measure-melting-point-unknown-substance up to 94). 818 train and 88 test items. As with
+# 16-94, mostly over 20 (chemistry-mix 16-56, boil 31-42, measure-melting-point-unknown-substance up to 94). 818 train and 88 test items. As with
 # TextCraft's depths, results on them are not comparable with the paper's all-task SciWorld numbers.
 SCIWORLD_CPU_LEVELS = [7, 11, 12, 13, 14, 16, 18, 19, 20, 22]
 CPU_LEVELS = {"babyai": BABYAI_CPU_LEVELS, "textcraft": TEXTCRAFT_CPU_LEVELS, "sciworld": SCIWORLD_CPU_LEVELS}
@@ -364,8 +364,7 @@ def round_schedule(cfg: RunConfig):
 
 def item_pool(cfg: RunConfig, split: str) -> list[int]:
     """The item ids of `split` ("train" or "test"): the range `cfg.<split>_items` when set, else the env's shipped
-    list; only items whose level (envs.ITEM_LEVELS: BabyAI id % 40, TextCraft the goal's recipe depth, SciWorld the
-    task index) is in `cfg.levels`."""
+    list; only items whose level (envs.ITEM_LEVELS says what a level is per env) is in `cfg.levels`."""
     from . import envs
     lo_hi = cfg.train_items if split == "train" else cfg.test_items
     pool = list(range(*lo_hi)) if lo_hi is not None else envs.item_ids(cfg.env, split)

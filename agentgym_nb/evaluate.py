@@ -463,9 +463,8 @@ def parse_ks(text: str, n: int) -> list[int]:
 
 
 def parse_items(text: str, cfg) -> list[int]:
-    """"test" / "train": the items a run of `cfg` evaluates or trains on (the env's shipped list, only the preset's
-    levels: the cpu preset's BabyAI one-room levels, TextCraft depths 1-2, SciWorld's short tasks); "a:b": item ids
-    a..b-1, whatever their level."""
+    """"test" / "train": the items a run of `cfg` evaluates or trains on (`config.item_pool`: only `cfg.levels`);
+    "a:b": item ids a..b-1, whatever their level."""
     from .config import item_pool
     if ":" in text:
         try:

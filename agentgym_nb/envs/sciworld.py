@@ -77,19 +77,19 @@ JAVA_OPTIONS = ("-Xmx512m", "-XX:+UseSerialGC")  # one JVM stays at ~300-450 MB 
 STEP_LIMIT = 100  # moves; ScienceWorldEnv's default, which AgentGym's server keeps
 
 
-def game(item_id: int) -> tuple[str, int]:
-    """item_id -> (task name, variation): AgentGym's flat game list, indexed directly."""
+def task_index(item_id: int) -> int:
+    """item_id -> the index of its task in TASKS (0 = boil, 22 = identify-life-stages-2): its level."""
     what = f"sciworld: 0..{NUM_GAMES - 1}, AgentGym's flat list of {len(TASKS)} tasks x their variations"
     item_id = check_item_id(item_id, what)
     if item_id >= NUM_GAMES:
         raise ValueError(f"sciworld item_id {item_id} is out of range: valid ids are 0..{NUM_GAMES - 1} ({what})")
-    task = bisect.bisect_right(FIRST, item_id) - 1
+    return bisect.bisect_right(FIRST, item_id) - 1
+
+
+def game(item_id: int) -> tuple[str, int]:
+    """item_id -> (task name, variation): AgentGym's flat game list, indexed directly."""
+    task = task_index(item_id)
     return TASKS[task], item_id - FIRST[task]
-
-
-def task_index(item_id: int) -> int:
-    """item_id -> the index of its task in TASKS (0 = boil, 22 = identify-life-stages-2): its level."""
-    return TASKS.index(game(item_id)[0])
 
 
 def item_id_of(task: str, variation: int) -> int:
