@@ -196,7 +196,8 @@ def test_cli_items_are_the_presets_items():
     from agentgym_nb.evaluate import parse_items
     sciworld = make_config(preset="cpu", env="sciworld")   # the 10 short tasks: 88 of the 201 shipped test items
     assert len(parse_items("test", sciworld)) == 88 and len(envs.item_ids("sciworld", "test")) == 201
-    assert all(i % 40 == 3 for i in parse_items("train", make_config(preset="cpu", overrides=["levels=[3]"])))
+    level_3 = parse_items("train", make_config(preset="cpu", overrides=["levels=[3]"]))
+    assert level_3 and all(i % 40 == 3 for i in level_3)
     assert parse_items("test", make_config(preset="cpu", env="searchqa")) == envs.item_ids("searchqa", "test")
     assert parse_items("0:3", sciworld) == [0, 1, 2]   # boil: a task outside the preset's levels
 
