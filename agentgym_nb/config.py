@@ -15,38 +15,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import envs
+from .algos.advantages import ESTIMATORS
+from .algos.schedule import make_schedule
+from .paths import default_outputs_dir
+
 PRESETS = ("smoke", "cpu", "paper")
-# BabyAI levels (item_id % 40) of the cpu and smoke presets: one room, no keys, the expert needs 1-6 turns. RL on
-# a 2-core CPU must show learning within minutes; the key/corridor levels need 20-50 turns (see notebook 00).
-BABYAI_CPU_LEVELS = [0, 1, 2, 3, 4, 7, 8, 9, 10, 12, 13, 15, 18, 19, 20, 21, 22, 29, 32]
-# TextCraft goals of the cpu and smoke presets: recipe depth 1 and 2 (416 of 544; the expert needs 2-4 and 3-12 turns),
-# for the same reason: a cpu nano cloned on every depth solved none (bench/README.md); depths 3 and 4 need 11 and 19
-# turns on average. Results on them are not comparable with the paper's all-depth TextCraft numbers.
-TEXTCRAFT_CPU_LEVELS = [1, 2]
-# SciWorld tasks of the cpu and smoke presets: the 10 of 23 whose gold action sequences are short (4-17 actions,
-# sampled over four train variations each: power-component, the four find-* tasks, secondary paint colours, the three
-# lifespan tasks, identify-life-stages-2), so an episode fits the cpu horizon of 24 with room to err; the others take
-# 16-94, mostly over 20 (chemistry-mix 16-56, boil 31-42, measure-melting-point-unknown-substance up to 94). 818 train and 88 test items. As with
-# TextCraft's depths, results on them are not comparable with the paper's all-task SciWorld numbers.
-SCIWORLD_CPU_LEVELS = [7, 11, 12, 13, 14, 16, 18, 19, 20, 22]
-CPU_LEVELS = {"babyai": BABYAI_CPU_LEVELS, "textcraft": TEXTCRAFT_CPU_LEVELS, "sciworld": SCIWORLD_CPU_LEVELS}
-
-
-def default_outputs_dir() -> str:
-    """$AGENTGYM_NB_OUTPUTS, else <repo>/outputs for a source checkout, else ./outputs.
-
-    Notebooks run with different working directories (papermill: the caller's, nbmake: the notebook's), so run
-    artefacts and built models must not depend on it.
-    """
-    if os.environ.get("AGENTGYM_NB_OUTPUTS"):
-        return os.environ["AGENTGYM_NB_OUTPUTS"]
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if os.path.exists(os.path.join(repo, "pyproject.toml")):
-        return os.path.join(repo, "outputs")
-    return os.path.abspath("outputs")
-
-
-ENVS = ("babyai", "textcraft", "sciworld", "searchqa", "webarena", "miniwob")
 
 
 @dataclass
@@ -54,6 +28,8 @@ class RunConfig:
     # what
     name: str = "run"
     env: str = "babyai"
+    track: str | None = None             # a named item set of the env (its `tracks`): the cpu and smoke presets' episode
+                                         # shape and levels; None: the env's first track (the paper preset: "all")
     model: str = "nano"                  # "nano", "smollm2-135m", an HF id or a local path
     preset: str = "cpu"
     engine: str = "auto"                 # "vllm", "hf" or "auto" (vllm when importable)
@@ -63,9 +39,8 @@ class RunConfig:
     # data: item ids. None = the env's shipped list (agentgym_nb/data/items/<env>_<split>.json); or [start, stop)
     train_items: tuple[int, int] | None = None
     test_items: tuple[int, int] | None = None
-    levels: list[int] | None = None      # restrict items to these levels: BabyAI level indices (item_id % 40),
-                                         # TextCraft recipe depths of the goal (1-4), SciWorld task indices
-                                         # (0-22); envs.ITEM_LEVELS
+    levels: list[int] | None = None      # keep only items of these levels (what a level is: the env's `levels`,
+                                         # e.g. BabyAI's level index); set by the track, None: every item
     # rollout
     prompts_per_step: int = 8            # data.train_batch_size: distinct items per training step
     samples_per_prompt: int = 4          # actor_rollout_ref.rollout.n: episodes per item (one GRPO group)
@@ -179,42 +154,10 @@ DOTTED_KEYS = {
     "agentgym.max_rounds": "eval_rounds",
 }
 # Per-step training metrics (metrics.jsonl) the adaptive schedule can watch: means over the step's episodes.
-ADAPTIVE_METRICS = ("success", "reward", "done", "turns", "cut_by_horizon", "cut_by_tokens")
+# "success_in_reach": success over the episodes whose item the env's expert solves within the current horizon (the
+# share of what this horizon allows that the policy achieves; envs.expert_turns).
+ADAPTIVE_METRICS = ("success", "success_in_reach", "reward", "done", "turns", "cut_by_horizon", "cut_by_tokens")
 ROUNDS_CTRL_TYPES = {"fixed": "fixed", "scaling_inter_stepwise": "stepwise", "stepwise": "stepwise", "adaptive": "adaptive"}
-
-
-# Episode shape of the cpu preset per env: the horizon schedule (its last stage is also the evaluation horizon),
-# tokens per reply and per trajectory. The nano model of an env is cloned and validated on episodes of this shape.
-# max_tokens holds the expert's longest reply with room to spare (a cut reply is an invalid action): in tokens of a
-# tokenizer trained as the cpu build trains it, over 60-300 expert episodes, BabyAI 21, TextCraft 85 (its first
-# thought reads the goal's recipe aloud; word-level tokens; all 342 demonstration items), SearchQA 67, SciWorld 44,
-# MiniWoB 119, WebArena 96 (tests/test_models.py; the last three with AGENTGYM_NB_SLOW=1).
-CPU_EPISODES = {
-    "babyai": dict(rounds=[2, 4, 6], eval_rounds=6, max_tokens=40, max_total_tokens=1536),
-    "textcraft": dict(rounds=[4, 8, 12], eval_rounds=12, max_tokens=96, max_total_tokens=2048),
-    "searchqa": dict(rounds=[3, 4, 5], eval_rounds=5, max_tokens=80, max_total_tokens=2048),
-    "sciworld": dict(rounds=[8, 16, 24], eval_rounds=24, max_tokens=64, max_total_tokens=4096, max_envs=4),
-    "miniwob": dict(rounds=[2, 4, 6], eval_rounds=6, max_tokens=128, max_total_tokens=3072, max_envs=8),
-    "webarena": dict(rounds=[4, 8, 12], eval_rounds=12, max_tokens=128, max_total_tokens=8192, max_envs=6),
-}
-# The cpu preset trains 40 steps of 8 tasks x 8 episodes, except where a step costs far more: a WebArena step
-# (Chromium, accessibility trees of ~2k tokens per turn) took 170-184 s at H = 4 alone on two cores against ~9 s for
-# BabyAI, so 40 such steps would take about 3.5 hours. Half the tasks per step and 24 steps (three stages of 8) keep
-# its notebook-05 run near an hour.
-CPU_BUDGETS = {"webarena": dict(prompts_per_step=4, steps=24, rounds_every=8)}
-
-# Episode shape of the smoke preset per env (horizon 1 then 2). The prompt and two turns must fit the trajectory
-# budget, or a smoke run trains on nothing: prompts with a smoke nano's tokenizer are BabyAI ~250 tokens, SearchQA
-# ~200, TextCraft <= ~700, MiniWoB ~900, SciWorld ~1,100 (its instruction alone ~900), WebArena ~1,850 (instruction
-# and an accessibility tree, and ~650 more per turn). SciWorld: two JVMs (starting each costs seconds of CPU).
-SMOKE_EPISODES = {
-    "babyai": dict(max_total_tokens=768),
-    "textcraft": dict(max_total_tokens=1024),
-    "searchqa": dict(max_total_tokens=1024),
-    "sciworld": dict(max_total_tokens=1536, max_envs=2),
-    "miniwob": dict(max_total_tokens=1536),
-    "webarena": dict(max_total_tokens=3584),
-}
 
 
 # The paper preset: AgentGym-RL's ScalingInter-RL training scripts (examples/train/ScalingInter-RL/<env>_train.sh,
@@ -240,16 +183,22 @@ PAPER_SCRIPTS = {
 }
 
 
-def preset_values(env: str, preset: str) -> dict[str, Any]:
-    """Per-env, per-preset settings. `paper` follows the ScalingInter-RL example scripts (reference/agentgym_rl.md §7)."""
-    _check_choice("env", env, ENVS)
+def preset_values(env: str, preset: str, track: str | None = None) -> dict[str, Any]:
+    """Per-env, per-preset settings. `paper` follows the ScalingInter-RL example scripts (reference/agentgym_rl.md §7);
+    `cpu` and `smoke` take their items and episode shape from the env's track (`Env.tracks`)."""
+    _check_choice("env", env, envs.ENV_NAMES)
     _check_choice("preset", preset, PRESETS)
+    spec = envs.env_class(env)
+    track = track or ("all" if preset == "paper" and "all" in spec.tracks else next(iter(spec.tracks)))
+    _check_choice(f"track of {env}", track, tuple(spec.tracks))
+    chosen = spec.tracks[track]
+    items = dict(track=track, levels=list(chosen.levels) if chosen.levels is not None else None)
     if preset == "paper":
         if env not in PAPER_SCRIPTS:
             raise ValueError(f"the paper preset reproduces the paper's training scripts, which cover "
                              f"{', '.join(PAPER_SCRIPTS)}; {env!r} has none (use preset cpu, or give the settings)")
         script = PAPER_SCRIPTS[env]
-        return dict(model="Qwen/Qwen2.5-7B-Instruct", engine="vllm", prompts_per_step=script["batch"],
+        return dict(**items, model="Qwen/Qwen2.5-7B-Instruct", engine="vllm", prompts_per_step=script["batch"],
                     samples_per_prompt=script["n"], mini_batches=script["batch"] // script["mini_batch"],
                     max_tokens=script["tokens_per_turn"], max_total_tokens=script["prompt"] + script["response"],
                     schedule="stepwise", rounds=script["rounds"], rounds_every=script["every"],
@@ -259,18 +208,21 @@ def preset_values(env: str, preset: str) -> dict[str, Any]:
                     gradient_checkpointing=True, rollout_tp=1, launch_config="fsdp_8gpu",
                     kv_cache_gib=20)   # a process's episodes at full length: TextCraft's 32 x 10,752 tokens
                                        # x 56 KiB (Qwen2.5-7B: 28 layers x K, V x 512 x 2 bytes) = 18.4 GiB
-    small = {"levels": list(CPU_LEVELS[env])} if env in CPU_LEVELS else {}
     if preset == "cpu":
         # lr 3e-4 with twice the prompts played and only groups with a reward spread trained (DAPO's dynamic
-        # sampling). Measured on the fp32 BabyAI nano (held-out 12% before): 2e-4 -> 17%, 3e-4 -> 20%, and 5e-4
-        # collapsed to 1% once the horizon reached 6 (KL 0.3 and rising); bench/README.md has every recipe.
-        return dict(**small, **CPU_EPISODES[env], model="nano", prompts_per_step=8, samples_per_prompt=8,
-                    oversample=2, filter_groups=True,
-                    schedule="stepwise", rounds_every=12, steps=40, lr=3e-4, kl_coef=0.001, mini_batches=2,
-                    save_every=5, eval_items=100, bf16=False) | CPU_BUDGETS.get(env, {})   # fp32: models.build_nano
-    return dict(**small, **SMOKE_EPISODES[env], model="nano", prompts_per_step=2, samples_per_prompt=2,
-                max_tokens=24, schedule="stepwise", rounds=[1, 2], rounds_every=1, steps=2, lr=1e-5, save_every=1,
-                eval_items=4, eval_rounds=2, micro_batch_tokens=2048)
+        # sampling); at 5e-4 the BabyAI nano collapsed once the horizon reached 6 (bench/README.md).
+        return dict(**items, **_episodes(chosen.cpu), model="nano", prompts_per_step=8, samples_per_prompt=8,
+                    oversample=2, filter_groups=True, schedule="stepwise", rounds_every=12, steps=40, lr=3e-4,
+                    kl_coef=0.001, mini_batches=2, save_every=5, eval_items=100,
+                    bf16=False) | chosen.budget   # fp32: models.build_nano
+    return dict(**items, **_episodes(spec.smoke), model="nano", prompts_per_step=2, samples_per_prompt=2,
+                schedule="stepwise", rounds_every=1, steps=2, lr=1e-5, save_every=1, eval_items=4,
+                micro_batch_tokens=2048)
+
+
+def _episodes(shape: envs.Episodes) -> dict[str, Any]:
+    return dict(rounds=list(shape.rounds), eval_rounds=shape.eval_rounds, max_tokens=shape.max_tokens,
+                max_total_tokens=shape.max_total_tokens, max_envs=shape.max_envs)
 
 
 def make_config(preset: str | None = None, overrides: list[str] | dict | None = None, **kwargs) -> RunConfig:
@@ -281,12 +233,15 @@ def make_config(preset: str | None = None, overrides: list[str] | dict | None = 
     """
     preset = preset or os.environ.get("AGENTGYM_NB_PRESET") or "cpu"
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
-    env = kwargs.get("env", "babyai")
-    values: dict[str, Any] = {"preset": preset, **preset_values(env, preset)}
+    overrides = parse_overrides(overrides)
+    # the env and its track decide the preset's values, wherever they are given
+    chosen = {DOTTED_KEYS.get(k, k): v for k, v in {**kwargs, **overrides}.items()}
+    env, track = chosen.get("env", "babyai"), chosen.get("track")
+    values: dict[str, Any] = {"preset": preset, **preset_values(env, preset, track)}
     values.update(kwargs)
     cfg = RunConfig()
     _apply(cfg, values)
-    _apply(cfg, parse_overrides(overrides))
+    _apply(cfg, overrides)
     validate(cfg)
     return cfg
 
@@ -356,7 +311,6 @@ def _parse_urls(text: str) -> str | list[str]:
 
 def round_schedule(cfg: RunConfig):
     """The run's horizon schedule (agentgym_nb.algos.schedule), with the adaptive_* options when adaptive."""
-    from .algos.schedule import make_schedule
     options = dict(metric=cfg.adaptive_metric, threshold=cfg.adaptive_threshold, patience=cfg.adaptive_patience,
                    min_steps=cfg.adaptive_min_steps) if cfg.schedule == "adaptive" else {}
     return make_schedule(cfg.schedule, cfg.rounds, every=cfg.rounds_every, **options)
@@ -364,23 +318,23 @@ def round_schedule(cfg: RunConfig):
 
 def item_pool(cfg: RunConfig, split: str) -> list[int]:
     """The item ids of `split` ("train" or "test"): the range `cfg.<split>_items` when set, else the env's shipped
-    list; only items whose level (envs.ITEM_LEVELS says what a level is per env) is in `cfg.levels`."""
-    from . import envs
+    list; only items whose level (the env's `levels` say what a level is) is in `cfg.levels`."""
     lo_hi = cfg.train_items if split == "train" else cfg.test_items
     pool = list(range(*lo_hi)) if lo_hi is not None else envs.item_ids(cfg.env, split)
     return envs.select_levels(cfg.env, pool, cfg.levels)
 
 
 def validate(cfg: RunConfig) -> None:
-    _check_choice("env", cfg.env, ENVS)
+    _check_choice("env", cfg.env, envs.ENV_NAMES)
     _check_choice("preset", cfg.preset, PRESETS)
     _check_choice("engine", cfg.engine, ("auto", "vllm", "hf"))
     _check_choice("schedule", cfg.schedule, ("fixed", "stepwise", "adaptive"))
-    _check_choice("algorithm", cfg.algorithm, ("grpo", "rloo", "reinforce_plus_plus", "gae"))
+    _check_choice("algorithm", cfg.algorithm, tuple(ESTIMATORS))
     _check_choice("loss_agg", cfg.loss_agg, ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"))
     _check_choice("kl_type", cfg.kl_type, ("k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs"))
-    if cfg.kl_in_reward and cfg.algorithm not in ("reinforce_plus_plus", "gae"):
-        raise ValueError(f"kl_in_reward puts the KL into per-token rewards, which only reinforce_plus_plus and gae "
+    if cfg.kl_in_reward and not ESTIMATORS[cfg.algorithm].token_level:
+        token_level = [name for name, e in ESTIMATORS.items() if e.token_level]
+        raise ValueError(f"kl_in_reward puts the KL into per-token rewards, which only {' and '.join(token_level)} "
                          f"use; {cfg.algorithm} scores whole episodes (use the KL loss: kl_in_reward=False)")
     if not 0 < cfg.clip_ratio < 1 or (cfg.clip_ratio_high is not None and cfg.clip_ratio_high <= 0):
         raise ValueError(f"PPO clipping needs 0 < clip_ratio < 1 and clip_ratio_high > 0 (or None), got "
@@ -419,12 +373,15 @@ def validate(cfg: RunConfig) -> None:
         lo, hi = getattr(cfg, name)
         if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo < hi):
             raise ValueError(f"{name} must be [start, stop) with 0 <= start < stop, got {(lo, hi)!r}")
+    spec = envs.env_class(cfg.env)
+    if cfg.track is not None:
+        _check_choice(f"track of {cfg.env}", cfg.track, tuple(spec.tracks))
     if cfg.levels is not None:
-        from .envs import ITEM_LEVELS
-        if cfg.env not in ITEM_LEVELS:
-            raise ValueError(f"levels selects items by level, which only {', '.join(ITEM_LEVELS)} have; env "
+        if spec.levels is None:
+            with_levels = [name for name in envs.ENV_NAMES if envs.env_class(name).levels is not None]
+            raise ValueError(f"levels selects items by level, which only {', '.join(with_levels)} have; env "
                              f"{cfg.env!r} has none (set levels=None)")
-        valid, meaning = ITEM_LEVELS[cfg.env]
+        valid, meaning = spec.levels.values, spec.levels.meaning
         if (not isinstance(cfg.levels, list) or not cfg.levels
                 or any(not isinstance(lv, int) or isinstance(lv, bool) or lv not in valid for lv in cfg.levels)):
             raise ValueError(f"levels of {cfg.env} are the {meaning}, integers in [{valid.start}, {valid.stop}); "

@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .config import default_outputs_dir
+from . import envs
+from .paths import default_outputs_dir
 
 MODELS_DIR = os.path.join(default_outputs_dir(), "models")
 NAMED = ("nano", "smollm2-135m")
@@ -61,57 +62,34 @@ class NanoSpec:
 SMOKE_SPEC = NanoSpec(hidden=64, layers=2, heads=2, kv_heads=1, ffn=128, vocab=768, demos=80, bc_max_steps=30,
                       bc_batch_tokens=4096, check_every=30, val_items=4, target_success=1.1, max_rounds=2,
                       max_tokens=24)
-# Smoke builds of envs with slow experts or long episodes, in about a minute: few demonstrations (an expert episode
-# takes ~2-4 s in a browser or a JVM on a loaded 2-core machine), kept whole (SciWorld's run 20-50 turns, ~2.5k
-# smoke tokens, WebArena's ~2.4k-5k; longer than max_total_tokens: dropped), few cloning steps (one such row costs
-# seconds of attention).
-SMOKE_ENV_SPEC = {"sciworld": dict(demos=6, max_total_tokens=3072, bc_max_steps=8, check_every=8, max_envs=2),
-                  "miniwob": dict(demos=16),
-                  "webarena": dict(demos=8, max_total_tokens=4032, bc_max_steps=8, check_every=8)}
 
 
 def resolve_config(cfg, log=print) -> str:
     """The model folder of a RunConfig. Everything (trainer, CLI, tests, benchmarks) goes through here, so they
     agree on which nano build a preset means: its level set is part of the build."""
-    return resolve(cfg.model, preset=cfg.preset, env=cfg.env, levels=cfg.levels, log=log)
-
-
-# The cpu BabyAI nano clones a hesitating demonstrator (see `expert_replies`): it learns to ground the goal and act,
-# but wastes ~40% of its turns, so it starts at ~20-30% success at the 6-turn horizon, and what RL has to learn
-# (stop wasting turns when the horizon is short) shows within minutes. Cloning runs a fixed number of steps: the
-# 32-item validation success is too noisy (+-15 points) to stop on.
-# TextCraft and SearchQA act by copying names out of the observation (items, entities); their clones tokenise by
-# words and see more episodes than they can memorise (bench/README.md: with phrases and 342 or 600 episodes they
-# memorised names and solved nothing). TextCraft's clone (depth 1-2 goals) then trains 600 more steps at a learning
-# rate falling to 0: 0/32 validation successes after 800 steps, 1-2/32 after the decay (bench/README.md, session 17).
-# SciWorld's actions name objects of the room description ("focus on red wire"): TextCraft's recipe, without the
-# renamed copies (its demonstrations on the cpu tasks are 1.2-1.7k word-level tokens: all fit).
-CPU_ENV_SPEC = {"babyai": dict(hesitation=0.4, bc_max_steps=450, bc_batch_tokens=8192, check_every=150,
-                               target_success=1.1),
-                "textcraft": dict(tokenizer="words", renamed_copies=4, bc_max_steps=800, check_every=80,
-                                  bc_decay_steps=600, bc_decay_lr=2e-3),
-                "searchqa": dict(tokenizer="words", demos=2400, bc_max_steps=800, check_every=100),
-                "sciworld": dict(tokenizer="words", bc_max_steps=800, check_every=100, bc_decay_steps=600,
-                                 bc_decay_lr=2e-3)}
+    return resolve(cfg.model, preset=cfg.preset, env=cfg.env, track=cfg.track, levels=cfg.levels, log=log)
 
 
 def nano_dir(cfg) -> str:
     """The folder of the nano build a RunConfig means, built or not (`resolve_config` builds it when missing)."""
-    return nano_path(nano_spec(cfg.env, cfg.preset, cfg.levels), cfg.preset)
+    return nano_path(nano_spec(cfg.env, cfg.preset, cfg.levels, cfg.track), cfg.preset)
 
 
-def nano_spec(env: str = "babyai", preset: str = "cpu", levels: list[int] | None = None) -> NanoSpec:
-    """The build recipe of the nano model of `env` at `preset` (smoke: tiny; cpu and paper: the CPU default)."""
-    from .config import CPU_EPISODES
+def nano_spec(env: str = "babyai", preset: str = "cpu", levels: list[int] | None = None,
+              track: str | None = None) -> NanoSpec:
+    """The build recipe of the nano model of `env` at `preset`: smoke is tiny (with the env's `smoke_nano`
+    overrides); cpu and paper clone at the episode shape of the env's track (its first by default) with the
+    track's `nano` recipe. `levels` are the items it is cloned on."""
+    spec = envs.env_class(env)
     if preset == "smoke":
-        base, per_env = SMOKE_SPEC, SMOKE_ENV_SPEC.get(env, {})
+        base, recipe = SMOKE_SPEC, spec.smoke_nano
     else:
-        shape = CPU_EPISODES[env]
-        base = NanoSpec(max_rounds=shape["eval_rounds"], max_tokens=shape["max_tokens"],
-                        max_total_tokens=shape["max_total_tokens"],
-                        max_envs=shape.get("max_envs", 64))
-        per_env = CPU_ENV_SPEC.get(env, {})
-    return NanoSpec(**{**asdict(base), **per_env, "env": env, "levels": levels})
+        chosen = spec.tracks[track] if track in spec.tracks else next(iter(spec.tracks.values()))
+        shape = chosen.cpu
+        base = NanoSpec(max_rounds=shape.eval_rounds, max_tokens=shape.max_tokens,
+                        max_total_tokens=shape.max_total_tokens, max_envs=shape.max_envs)
+        recipe = chosen.nano
+    return NanoSpec(**{**asdict(base), **recipe, "env": env, "levels": levels})
 
 
 def nano_path(spec: NanoSpec, preset: str = "cpu") -> str:
@@ -121,11 +99,11 @@ def nano_path(spec: NanoSpec, preset: str = "cpu") -> str:
     return os.path.join(MODELS_DIR, f"nano-{spec.env}-{'smoke' if preset == 'smoke' else 'cpu'}-{digest}")
 
 
-def resolve(name: str, *, preset: str = "cpu", env: str = "babyai", levels: list[int] | None = None,
-            log=print) -> str:
+def resolve(name: str, *, preset: str = "cpu", env: str = "babyai", track: str | None = None,
+            levels: list[int] | None = None, log=print) -> str:
     """Model name -> local directory holding config, weights and tokenizer. Builds nano on first use."""
     if name == "nano":
-        spec = nano_spec(env, preset, levels)
+        spec = nano_spec(env, preset, levels, track)
         path = nano_path(spec, preset)
         if not os.path.exists(os.path.join(path, "build.json")):
             build_nano(path, spec, log=log)
@@ -178,7 +156,6 @@ def expert_conversations(env_name: str, item_ids: list[int],
     """Play the env's expert on each item: (item_id, chat messages, reward). Unsolved items, and items the
     expert does not cover, are dropped.
     `hesitation` (BabyAI only): the probability that the demonstrator wastes a turn."""
-    from . import envs
     env = envs.make(env_name)
     out = []
     try:
@@ -199,15 +176,6 @@ def expert_conversations(env_name: str, item_ids: list[int],
     finally:
         env.close()
     return out
-
-
-# Words that carry a task's content. They stay tokens of their own so the policy copies them (goal -> action)
-# instead of memorising one phrase token per combination; the glue between them merges into phrases.
-CONTENT_WORDS = {
-    "babyai": ["red", "green", "blue", "purple", "yellow", "grey", "ball", "box", "key", "door", "goal", "wall",
-               "lava", "open", "closed", "locked", "left", "right", "forward", "front", "behind", "carrying"],
-    "textcraft": ["craft", "get", "using", "inventory", "planks", "logs", "stick", "dye", "wool", "ingot", "nugget"],
-}
 
 
 def train_tokenizer(texts: list[str], vocab: int, out_dir: str, content_words: list[str] = (),
@@ -253,7 +221,7 @@ def nano_tokenizer(spec: NanoSpec, conversations, out_dir: str):
     """The tokenizer of the nano build of `spec`, trained on every message of the expert `conversations` (with
     repeats: merges follow frequency)."""
     texts = [m["content"] for _, msgs, _ in conversations for m in msgs]
-    return train_tokenizer(texts, spec.vocab, out_dir, CONTENT_WORDS.get(spec.env, ()), style=spec.tokenizer)
+    return train_tokenizer(texts, spec.vocab, out_dir, envs.env_class(spec.env).content_words, style=spec.tokenizer)
 
 
 def demo_trajectories(chat, conversations):
@@ -339,7 +307,6 @@ def nano_items(spec: NanoSpec) -> tuple[list[int], list[int]]:
     """(demonstration items, validation items), both from the env's shipped train list (only `levels`, if set):
     validation takes `val_items` items evenly spread over the list (shipped lists are often ordered by difficulty),
     demonstrations the first `demos` of the rest. Test items are never seen by the build."""
-    from . import envs
     train = envs.select_levels(spec.env, envs.item_ids(spec.env, "train"), spec.levels)
     if len(train) <= spec.val_items:
         raise ValueError(f"{spec.env}: {len(train)} train items cannot give {spec.val_items} validation items and "

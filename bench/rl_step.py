@@ -18,6 +18,7 @@ reported beside it). Writes bench/results/rl_step.json (with os.getloadavg()) an
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -51,8 +52,8 @@ def one_run(precision: str, seed: int, steps: int, engine: str) -> dict:
                 timers[key] += time.perf_counter() - t
         return wrapper
 
-    for name in ("grpo", "rloo", "reinforce_pp", "gae"):
-        setattr(advantages, name, timed(getattr(advantages, name), "advantage"))
+    for name, estimator in list(advantages.ESTIMATORS.items()):
+        advantages.ESTIMATORS[name] = dataclasses.replace(estimator, compute=timed(estimator.compute, "advantage"))
     rl.Trainer._no_grad_passes = timed(rl.Trainer._no_grad_passes, "logprob")
     with tempfile.TemporaryDirectory(prefix="rl_step_") as out_dir:
         cfg = make_config(preset="cpu", env="babyai", name=f"{precision}-seed{seed}", out_dir=out_dir, seed=seed,

@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from agentgym_nb.algos.advantages import (gae, grpo, masked_mean, masked_moments, masked_whiten, reinforce_pp, rloo,
-                                          token_rewards_from_scores)
+from agentgym_nb.algos.advantages import (ESTIMATORS, Credit, gae, grpo, masked_mean, masked_moments, masked_whiten,
+                                          reinforce_plus_plus, reinforce_pp, rloo, token_rewards_from_scores)
 
 # One multi-turn sequence, T = 11:
 #   t:     0     1  2    3  4  5    6  7    8  9    10
@@ -219,3 +219,26 @@ def test_whitening_a_split_batch_with_summed_moments_is_whitening_the_whole():
     assert masked_whiten(x1, m1, eps=0.0).flatten().tolist() == pytest.approx([-0.5 ** 0.5, 0, 0.5 ** 0.5, 0])
     with pytest.raises(ValueError, match="at least 2 trainable tokens"):
         masked_whiten(x1, m1, moments=masked_moments(x1[:1], m1[:1]))
+
+
+def test_the_registry_calls_each_estimator_with_the_config_name_and_says_what_it_needs():
+    """One calling convention for all: compute(Credit) -> (advantages, returns or None), unwhitened where the
+    trainer whitens over every process; the flags are what config validation and the trainer read."""
+    scores, group = torch.tensor([1.0, 0.0, 0.5, 0.5]), torch.tensor([0, 0, 1, 1])
+    mask = torch.tensor([[0, 1, 1, 0, 1]] * 4)
+    credit = Credit(scores, group, mask, token_rewards_from_scores(scores, mask), values=torch.full((4, 5), 0.25),
+                    gamma=0.9, lam=0.8)
+    assert set(ESTIMATORS) == {"grpo", "rloo", "reinforce_plus_plus", "gae"} and reinforce_pp is reinforce_plus_plus
+    adv, returns = ESTIMATORS["grpo"].compute(credit)
+    assert torch.equal(adv, grpo(scores, group, mask)) and returns is None
+    adv, returns = ESTIMATORS["rloo"].compute(credit)
+    assert adv[0, 1].item() == 1.0 and adv[2].abs().sum() == 0 and returns is None   # 1 - 0; a tied group: 0
+    adv, returns = ESTIMATORS["reinforce_plus_plus"].compute(credit)
+    assert torch.equal(adv, reinforce_plus_plus(credit.token_rewards, mask, 0.9, whiten=False)[0]) and returns is None
+    assert adv[0, 1].item() == pytest.approx(0.9 * 0.9)   # G_1 = 0.9^2 * 1 (two trainable tokens later)
+    adv, returns = ESTIMATORS["gae"].compute(credit)
+    expected = gae(credit.token_rewards, credit.values, mask, 0.9, 0.8, whiten=False)
+    assert torch.equal(adv, expected[0]) and torch.equal(returns, expected[1])
+    flags = {name: (e.needs_critic, e.token_level, e.whiten) for name, e in ESTIMATORS.items()}
+    assert flags == {"grpo": (False, False, False), "rloo": (False, False, False),
+                     "reinforce_plus_plus": (False, True, True), "gae": (True, True, True)}

@@ -5,7 +5,7 @@ import gymnasium
 import pytest
 
 from agentgym_nb.envs import ENV_NAMES, EnvStateError, InvalidAction, make
-from agentgym_nb.envs.babyai import INSTRUCTION, LEVELS, BabyAI, expert_replies, level_and_seed
+from agentgym_nb.envs.babyai import INSTRUCTION, GYM_IDS, BabyAI, expert_replies, level_and_seed
 from agentgym_nb.envs.base import ACKNOWLEDGEMENT, MULTIPLE_ACTIONS, react_action
 
 # Item 0 = GoToRedBallGrey, seed 0: an 8x8 room (walls on x, y = 0 and 7), agent at (6, 5) facing west, so "front"
@@ -70,7 +70,7 @@ def test_registry_and_instruction():
 
 
 def test_item_id_means_level_and_seed(env):
-    assert len(set(LEVELS)) == 40
+    assert len(set(GYM_IDS)) == 40
     assert level_and_seed(0) == ("BabyAI-GoToRedBallGrey-v0", 0)
     assert level_and_seed(41) == ("BabyAI-GoToRedBall-v0", 1)
     assert level_and_seed(81) == ("BabyAI-GoToRedBall-v0", 2)
@@ -79,7 +79,7 @@ def test_item_id_means_level_and_seed(env):
     env.reset(81)
     reference = gymnasium.make("BabyAI-GoToRedBall-v0").unwrapped
     reference.reset(seed=2)
-    assert env.level == "BabyAI-GoToRedBall-v0"
+    assert env.gym_id == "BabyAI-GoToRedBall-v0"
     assert (env.world.agent_pos, env.world.agent_dir, env.world.mission) == (
         reference.agent_pos, reference.agent_dir, reference.mission)
     assert (env.world.grid.encode() == reference.grid.encode()).all()
@@ -206,7 +206,7 @@ def test_expert_solves_every_level_but_keyinbox():
         env.reset(item)
         steps = [env.step(r) for r in replies]
         solved = bool(steps) and steps[-1].done and env.success(steps[-1].reward)
-        assert solved == (LEVELS[item % 40] != "BabyAI-KeyInBox-v0"), (item, LEVELS[item % 40], len(replies))
+        assert solved == (GYM_IDS[item % 40] != "BabyAI-KeyInBox-v0"), (item, GYM_IDS[item % 40], len(replies))
         assert len(replies) <= 64 and not any(s.done for s in steps[:-1])
 
 
@@ -216,7 +216,7 @@ def test_hesitating_demonstrator_wastes_turns_yet_solves():
     env = make("babyai")
     wasted = total = out_of_turns = 0
     for item in range(40, 80):
-        if LEVELS[item % 40] == "BabyAI-KeyInBox-v0":
+        if GYM_IDS[item % 40] == "BabyAI-KeyInBox-v0":
             continue
         replies = expert_replies(item, hesitation=0.4)
         assert replies == expert_replies(item, hesitation=0.4)
@@ -225,7 +225,7 @@ def test_hesitating_demonstrator_wastes_turns_yet_solves():
         if len(replies) == 64:   # a long level (GoToImpUnlock) can spend the 64 turns: the build drops such demos
             out_of_turns += 1
             continue
-        assert steps[-1].done and env.success(steps[-1].reward), (item, LEVELS[item % 40])
+        assert steps[-1].done and env.success(steps[-1].reward), (item, GYM_IDS[item % 40])
         wasted += sum(("I need to look around." in r or "I need to check what I can do." in r) for r in replies)
         total += len(replies)
         assert not any("look around" in r for r in expert_replies(item))

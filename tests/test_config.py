@@ -83,9 +83,9 @@ def test_levels_select_items_by_level():
     textcraft = make_config(preset="cpu", env="textcraft")
     assert textcraft.levels == [1, 2]
     train, test = item_pool(textcraft, "train"), item_pool(textcraft, "test")
-    assert {envs.item_level("textcraft", i) for i in train + test} == {1, 2}
+    assert {envs.env_class("textcraft").level(i) for i in train + test} == {1, 2}
     assert len(test) == 23 + 53 and not set(train) & set(test)     # the shipped test list: 23 at depth 1, 53 at 2
-    assert envs.item_level("textcraft", 0) == 1 and envs.item_level("textcraft", 543) == 4
+    assert envs.env_class("textcraft").level(0) == 1 and envs.env_class("textcraft").level(543) == 4
 
 
 def test_sciworld_levels_are_task_indices_and_the_cpu_preset_keeps_the_short_tasks():
@@ -93,14 +93,14 @@ def test_sciworld_levels_are_task_indices_and_the_cpu_preset_keeps_the_short_tas
     from agentgym_nb.config import item_pool
     from agentgym_nb.envs.sciworld import item_id_of
     # AgentGym's flat list: boil's 30 variations are ids 0-29; the last id, 4638, is identify-life-stages-2's
-    assert envs.item_level("sciworld", 0) == envs.item_level("sciworld", 29) == 0
-    assert envs.item_level("sciworld", 30) == 1 and envs.item_level("sciworld", 4638) == 22
-    assert envs.item_level("sciworld", item_id_of("find-plant", 0)) == 13
+    assert envs.env_class("sciworld").level(0) == envs.env_class("sciworld").level(29) == 0
+    assert envs.env_class("sciworld").level(30) == 1 and envs.env_class("sciworld").level(4638) == 22
+    assert envs.env_class("sciworld").level(item_id_of("find-plant", 0)) == 13
     sciworld = make_config(preset="cpu", env="sciworld")
     assert sciworld.levels == [7, 11, 12, 13, 14, 16, 18, 19, 20, 22]
     train, test = item_pool(sciworld, "train"), item_pool(sciworld, "test")
     assert len(train) == 818 and len(test) == 88 and not set(train) & set(test)
-    assert {envs.item_level("sciworld", i) for i in test} == set(sciworld.levels)
+    assert {envs.env_class("sciworld").level(i) for i in test} == set(sciworld.levels)
     with pytest.raises(ValueError, match=r"task index in AgentGym's task list .*integers in \[0, 23\)"):
         make_config(preset="cpu", env="sciworld", overrides=["levels=[23]"])
 

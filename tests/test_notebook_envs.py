@@ -14,7 +14,6 @@ import papermill
 import pytest
 
 from agentgym_nb import envs
-from agentgym_nb.config import SMOKE_EPISODES
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "05_scalinginter.ipynb"
 
@@ -48,5 +47,5 @@ def test_notebook_05_runs_on_env(env, tmp_path, monkeypatch):
         assert len(episodes) == 4 and {e["item_id"] for e in episodes} <= test_items
         for e in episodes:   # the prompt fits the smoke budget: the policy got to act, and the env answered
             assert not e["failed"] and 1 <= e["num_rounds"] <= 2, e
-            assert e["num_tokens"] <= SMOKE_EPISODES[env]["max_total_tokens"]
+            assert e["num_tokens"] <= envs.env_class(env).smoke.max_total_tokens
             assert [m["role"] for m in e["conversations"][2:4]] == ["user", "assistant"]

@@ -144,6 +144,22 @@ def test_a_step_where_every_group_scored_alike_steps_only_where_an_advantage_is_
         trainer.close()
 
 
+def test_a_step_without_signal_measures_its_losses_on_no_more_groups_than_it_would_train(tmp_path, nano_dir):
+    """filter_groups with oversampling plays prompts_per_step x oversample groups; when none of them carries a
+    signal, the losses are measured on prompts_per_step groups (what a learning step trains on), not on all of
+    them: on long episodes those passes cost more than the rollout."""
+    trainer = Trainer(smoke_config(tmp_path, "flat-oversampled", engine="hf", filter_groups=True, oversample=2,
+                                   max_tokens=1), log=lambda *a: None)
+    measured, update = [], trainer._update
+    trainer._update = lambda trajs, step: measured.append({t.group for t in trajs}) or update(trajs, step)
+    try:
+        m = trainer.train_step()
+        assert m["episodes"] == 2 * 2 * 2 and m["zero_adv_groups"] == 1.0 and m["optimizer_steps"] == 0
+        assert measured == [{0, 1}]   # the first prompts_per_step = 2 of the 4 groups
+    finally:
+        trainer.close()
+
+
 def test_the_trainer_loss_applies_the_configured_clip_and_dual_clip(tmp_path, nano_dir):
     """Every sampled token with ratio e^5 ~ 148.4 and advantage -1: PPO's per-token loss is max(148.4, 1.2) = 148.4;
     the dual clip bound c = 3 caps it at -A * c = 3 (Ye et al. 2020). With A = +1 the clipped term wins:

@@ -1,4 +1,4 @@
-"""Advantage estimators for multi-turn sequences: GRPO, RLOO, REINFORCE++ and GAE.
+"""Advantage estimators for multi-turn sequences: GRPO, RLOO, REINFORCE++ and GAE, and their registry.
 
 Shapes: ``B`` sequences of ``T`` tokens. ``loss_mask[b, t] = 1`` exactly on the tokens the policy sampled; template,
 environment and padding tokens are 0. Environment tokens are *transparent*: "the next token" always means the next
@@ -8,10 +8,16 @@ discount. Every estimator returns 0 on untrainable tokens. The masks are read as
 ``masked_mean`` and ``masked_whiten`` live here and are reused by ``losses.py``. With several processes, each holding
 a share of the batch, the trainer whitens with ``masked_whiten(x, m, moments=<masked_moments summed over processes>)``
 so that every share is whitened by the statistics of the whole batch.
+
+``ESTIMATORS`` maps the config's names (verl's and AgentGym-RL's ``algorithm.adv_estimator``) to one calling
+convention, ``estimator.compute(credit) -> (advantages, returns or None)``, with what each needs; the config's
+validation, the trainer and the notebooks read it. Adding an estimator is its function, its line there and its test.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -108,7 +114,7 @@ def rloo(scores: Tensor, group: Tensor, loss_mask: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def reinforce_pp(token_rewards: Tensor, loss_mask: Tensor, gamma: float = 1.0, whiten: bool = True,
+def reinforce_plus_plus(token_rewards: Tensor, loss_mask: Tensor, gamma: float = 1.0, whiten: bool = True,
                  eps: float = 1e-8) -> tuple[Tensor, Tensor]:
     """REINFORCE++: G_t = r_t + gamma * G_next over trainable tokens, G after the last trainable token = 0.
 
@@ -150,6 +156,46 @@ def gae(token_rewards: Tensor, values: Tensor, loss_mask: Tensor, gamma: float =
     returns = torch.where(m, advantages + v, 0.0)
     adv = masked_whiten(advantages, m, eps) if whiten else advantages
     return adv, returns
+
+
+reinforce_pp = reinforce_plus_plus   # the name in DESIGN.md's contracts
+
+
+@dataclass(frozen=True)
+class Credit:
+    """What an estimator may read about a batch of B episodes of T tokens."""
+    scores: Tensor                 # [B] episode scores
+    group: Tensor                  # [B] integer group ids: the episodes of one prompt
+    loss_mask: Tensor              # [B, T] 1 on sampled tokens
+    token_rewards: Tensor          # [B, T] each score on its row's last sampled token (minus a per-token KL penalty
+                                   # when the KL is in the reward)
+    values: Tensor | None = None   # [B, T] a critic's values, for estimators that need one
+    gamma: float = 1.0
+    lam: float = 1.0
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """An advantage estimator under the common calling convention, and what it needs.
+
+    ``token_level``: it reads ``token_rewards`` (so a KL penalty in the reward reaches it); otherwise it reads the
+    episode scores. ``whiten``: its advantages are whitened over the whole batch (by the trainer, which sees every
+    process's share)."""
+    compute: Callable[[Credit], tuple[Tensor, Tensor | None]]
+    needs_critic: bool = False
+    token_level: bool = False
+    whiten: bool = False
+
+
+ESTIMATORS: dict[str, Estimator] = {
+    "grpo": Estimator(lambda c: (grpo(c.scores, c.group, c.loss_mask), None)),
+    "rloo": Estimator(lambda c: (rloo(c.scores, c.group, c.loss_mask), None)),
+    "reinforce_plus_plus": Estimator(lambda c: (reinforce_plus_plus(c.token_rewards, c.loss_mask, c.gamma,
+                                                                    whiten=False)[0], None),
+                                     token_level=True, whiten=True),
+    "gae": Estimator(lambda c: gae(c.token_rewards, c.values, c.loss_mask, c.gamma, c.lam, whiten=False),
+                     needs_critic=True, token_level=True, whiten=True),
+}
 
 
 def _mask_2d(loss_mask: Tensor) -> Tensor:

@@ -9,11 +9,15 @@ from __future__ import annotations
 import difflib
 import importlib
 import itertools
+import json
+import os
+from pathlib import Path
 
-from .base import Env, EnvError, EnvStateError, InvalidAction, Step
+from ..paths import default_outputs_dir
+from .base import Env, EnvError, EnvStateError, Episodes, InvalidAction, Levels, Step, Track
 
-# name -> "module:class"; adding an environment is one line here
-_REGISTRY = {
+# name -> "module:class" (imported on first use: some envs start a JVM or a browser) or an Env subclass
+_REGISTRY: dict[str, str | type[Env]] = {
     "babyai": "agentgym_nb.envs.babyai:BabyAI",
     "textcraft": "agentgym_nb.envs.textcraft:TextCraft",
     "sciworld": "agentgym_nb.envs.sciworld:SciWorld",
@@ -24,10 +28,22 @@ _REGISTRY = {
 ENV_NAMES = tuple(_REGISTRY)
 
 
+def register(name: str, env: str | type[Env]) -> None:
+    """Make `env` (an Env subclass, or "module:Class") available as `name` to make, serve, connect and configs.
+    Its class declares what configs read (tracks, levels, smoke episode shape, success score); its item lists are
+    `<items_dir>/<name>_<split>.json`."""
+    global ENV_NAMES
+    _REGISTRY[name] = env
+    ENV_NAMES = tuple(_REGISTRY)
+
+
 def env_class(name: str) -> type[Env]:
     """The Env subclass registered as `name`; ValueError naming the valid names otherwise."""
     if name in _REGISTRY:
-        module, cls = _REGISTRY[name].split(":")
+        target = _REGISTRY[name]
+        if not isinstance(target, str):
+            return target
+        module, cls = target.split(":")
         return getattr(importlib.import_module(module), cls)
     available = ", ".join(ENV_NAMES)
     close = difflib.get_close_matches(str(name), ENV_NAMES, n=1)
@@ -37,12 +53,9 @@ def env_class(name: str) -> type[Env]:
 
 def item_ids(name: str, split: str) -> list[int]:
     """The env's shipped item list `split` ("train" or "test"), stored in AgentGym-RL-Data-ID's format
-    (`agentgym_nb/data/items/<env>_<split>.json` = `[{"item_id": "<env>_<n>"}, ...]`), as integers."""
-    import json
-    from pathlib import Path
-
-    env_class(name)
-    path = Path(__file__).resolve().parent.parent / "data" / "items" / f"{name}_{split}.json"
+    (`<items_dir>/<env>_<split>.json` = `[{"item_id": "<env>_<n>"}, ...]`; `agentgym_nb/data/items/` for the
+    envs of this package), as integers."""
+    path = Path(env_class(name).items_dir) / f"{name}_{split}.json"
     if not path.exists():
         found = sorted(p.stem for p in path.parent.glob(f"{name}_*.json"))
         raise ValueError(f"no {split!r} item list for env {name!r}; shipped: {found}")
@@ -62,33 +75,41 @@ def serve(name: str, host: str = "127.0.0.1", port: int = 36002, **kw) -> None:
 
     serve_http(name, host=host, port=port, **kw)
 
-# Envs whose items come in levels that a preset may restrict itself to (RunConfig.levels): the valid levels and
-# what a level is. BabyAI: the level index (item_id % 40; 0 is GoToRedBallGrey); TextCraft: the recipe depth of the
-# goal (1 = crafted from base items, up to 4); SciWorld: the task's index in AgentGym's task list (0 = boil).
-ITEM_LEVELS = {"babyai": (range(40), "level index (item_id % 40)"),
-               "textcraft": (range(1, 5), "recipe depth of the goal"),
-               "sciworld": (range(23), "task index in AgentGym's task list (sciworld.TASKS)")}
-
-
-def item_level(name: str, item_id: int) -> int:
-    """The level of item `item_id` of env `name` (see ITEM_LEVELS)."""
-    if name == "babyai":
-        from .babyai import level_index
-        return level_index(item_id)
-    if name == "textcraft":
-        from .textcraft import goal_depth
-        return goal_depth(item_id)
-    if name == "sciworld":
-        from .sciworld import task_index
-        return task_index(item_id)
-    raise ValueError(f"env {name!r} has no item levels; levels select items of {', '.join(ITEM_LEVELS)} only")
-
-
 def select_levels(name: str, item_ids: list[int], levels: list[int] | None) -> list[int]:
-    """The items of `item_ids` whose level is in `levels` (all of them when `levels` is None)."""
+    """The items of `item_ids` whose level (`Env.level`) is in `levels` (all of them when `levels` is None)."""
     if levels is None:
         return list(item_ids)
-    return [i for i in item_ids if item_level(name, i) in levels]
+    level = env_class(name).level
+    return [i for i in item_ids if level(i) in levels]
+
+
+def expert_turns(name: str, item_ids: list[int]) -> dict[int, int | None]:
+    """The replies env `name`'s expert needs to solve each item (None: it does not solve it). A horizon of H
+    turns reaches an item when its expert needs at most H. Played once per item and cached in
+    <outputs>/data/<name>/expert_turns.json (the expert is deterministic per item)."""
+    path = Path(default_outputs_dir()) / "data" / name / "expert_turns.json"
+    known = {int(k): v for k, v in json.loads(path.read_text()).items()} if path.exists() else {}
+    todo = [i for i in dict.fromkeys(item_ids) if i not in known]
+    if todo:
+        env = make(name)
+        try:
+            for item in todo:
+                env.reset(item)
+                step, turns = None, 0
+                for reply in env.expert(item):
+                    step, turns = env.step(reply), turns + 1
+                    if step.done:
+                        break
+                known[item] = turns if step is not None and env.success(step.reward) else None
+        finally:
+            env.close()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # another process may have added items meanwhile: merge, then replace the file in one step
+        merged = {**({int(k): v for k, v in json.loads(path.read_text()).items()} if path.exists() else {}), **known}
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({str(k): v for k, v in sorted(merged.items())}))
+        os.replace(tmp, path)
+    return {i: known[i] for i in item_ids}
 
 
 _NEXT_URL: dict[tuple[str, ...], itertools.count] = {}   # URL list -> its round-robin counter
@@ -108,5 +129,5 @@ def connect(name: str, url: str | list[str], timeout: float = 30.0) -> Env:
     return (env_class(name).http_client or HTTPEnv)(name, url, timeout=timeout)
 
 
-__all__ = ["ENV_NAMES", "ITEM_LEVELS", "Env", "EnvError", "EnvStateError", "InvalidAction", "Step", "connect",
-           "env_class", "item_ids", "item_level", "make", "select_levels", "serve"]
+__all__ = ["ENV_NAMES", "Env", "EnvError", "EnvStateError", "Episodes", "InvalidAction", "Levels", "Step", "Track",
+           "connect", "env_class", "expert_turns", "item_ids", "make", "register", "select_levels", "serve"]

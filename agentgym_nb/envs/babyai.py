@@ -1,6 +1,6 @@
 """BabyAI with AgentGym's text interface (agentenv-babyai), on real minigrid.
 
-Item `i` is level `LEVELS[i % 40]` reset with seed `i // 40`. The agent sees its 7x7 egocentric view as text and
+Item `i` is level `GYM_IDS[i % 40]` reset with seed `i // 40`. The agent sees its 7x7 egocentric view as text and
 acts with high-level actions ("go to red ball 1", "pickup grey key 2", "toggle and go through blue locked door 1",
 ...), each a list of minigrid primitives (0 left, 1 right, 2 forward, 3 pickup, 4 drop, 5 toggle) found by a BFS
 over the visible area; a list stops early at the first primitive that leaves the view unchanged.
@@ -26,11 +26,11 @@ from minigrid.envs.babyai.core.verifier import AfterInstr, AndInstr, BeforeInstr
 from minigrid.utils.baby_ai_bot import (BabyAIBot, CloseSubgoal, DisappearedBoxError, DropSubgoal, GoNextToSubgoal,
                                         OpenSubgoal, PickupSubgoal)
 
-from .base import Env, Step, check_item_id
+from .base import Env, Episodes, Levels, Step, Track, check_item_id
 
-# AgentGym's `all_levels`, in order. GoToObjS6 is "-v1": minigrid >= 2.4 renamed the level when it fixed v0's
+# The gymnasium ids of AgentGym's `all_levels`, in order (a level is an index into them). GoToObjS6 is "-v1": minigrid >= 2.4 renamed the level when it fixed v0's
 # room_size (v0 was registered with room_size=4), so "-v0" no longer exists.
-LEVELS = (
+GYM_IDS = (
     "BabyAI-GoToRedBallGrey-v0", "BabyAI-GoToRedBall-v0", "BabyAI-GoToRedBallNoDists-v0", "BabyAI-GoToObjS6-v1",
     "BabyAI-GoToLocalS8N7-v0", "BabyAI-GoToObjMazeS7-v0", "BabyAI-GoToImpUnlock-v0", "BabyAI-GoToSeqS5R2-v0",
     "BabyAI-GoToRedBlueBall-v0", "BabyAI-GoToDoor-v0", "BabyAI-GoToObjDoor-v0", "BabyAI-Open-v0",
@@ -65,13 +65,13 @@ _stdout_lock = threading.Lock()  # redirect_stdout swaps a process-wide global: 
 
 
 def level_and_seed(item_id: int) -> tuple[str, int]:
-    """item_id -> (LEVELS[item_id % 40], item_id // 40), AgentGym's mapping."""
-    return LEVELS[level_index(item_id)], int(item_id) // len(LEVELS)
+    """item_id -> (GYM_IDS[item_id % 40], item_id // 40), AgentGym's mapping."""
+    return GYM_IDS[level_index(item_id)], int(item_id) // len(GYM_IDS)
 
 
 def level_index(item_id: int) -> int:
-    """item_id -> its level's index in LEVELS (item_id % 40)."""
-    return check_item_id(item_id, "babyai: any int >= 0; level = id % 40, seed = id // 40") % len(LEVELS)
+    """item_id -> its level's index in GYM_IDS (item_id % 40)."""
+    return check_item_id(item_id, "babyai: any int >= 0; level = id % 40, seed = id // 40") % len(GYM_IDS)
 
 
 def goal_text(mission: str) -> str:
@@ -291,10 +291,33 @@ class BabyAI(Env):
 
     name, title = "babyai", "BabyAI"
     task_instruction = INSTRUCTION
+    levels = Levels("level index (item_id % 40)", range(len(GYM_IDS)))
+    tracks = {
+        # One room, no keys: the expert needs 1-6 turns, so RL on a 2-core CPU shows learning within minutes.
+        "one-room": Track("the 19 one-room levels without keys (expert: 1-6 turns)",
+                          (0, 1, 2, 3, 4, 7, 8, 9, 10, 12, 13, 15, 18, 19, 20, 21, 22, 29, 32),
+                          Episodes(rounds=(2, 4, 6), max_tokens=40, max_total_tokens=1536),
+                          nano=dict(hesitation=0.4, bc_max_steps=450, bc_batch_tokens=8192, check_every=150,
+                                    target_success=1.1)),
+        # Rooms, doors, keys and mazes whose expert needs 5-25 turns: the paper's horizons (6 -> 13 -> 20) matter
+        # here, so short, long and growing horizons can differ (bench/horizon.py).
+        "long": Track("multi-room, door, key and maze levels (expert: 5-25 turns) at the paper's horizons",
+                      (5, 7, 11, 14, 15, 16, 17, 20, 21, 23, 24, 26, 28, 30, 33),
+                      Episodes(rounds=(6, 13, 20), max_tokens=40, max_total_tokens=4096),
+                      nano=dict(hesitation=0.4, bc_max_steps=600, bc_batch_tokens=16384, check_every=150,
+                                target_success=1.1)),
+        "all": Track("all 40 levels (the paper's item set)", None,
+                     Episodes(rounds=(6, 13, 20), max_tokens=40, max_total_tokens=4096),
+                     nano=dict(hesitation=0.4, bc_max_steps=600, bc_batch_tokens=16384, check_every=150,
+                               target_success=1.1)),
+    }
+    smoke = Episodes(rounds=(1, 2), max_tokens=24, max_total_tokens=768)
+    content_words = ("red", "green", "blue", "purple", "yellow", "grey", "ball", "box", "key", "door", "goal", "wall",
+                     "lava", "open", "closed", "locked", "left", "right", "forward", "front", "behind", "carrying")
 
     def __init__(self):
         self.world = None  # the unwrapped minigrid env of the current episode, reused while the level stays the same
-        self.level = None
+        self.gym_id = None  # the minigrid level of the current world
         self.item_id = None
         self.goal = ""
         self.last = ""  # the latest observation text, without the goal line and the actions list
@@ -305,10 +328,10 @@ class BabyAI(Env):
     def reset(self, item_id: int) -> str:
         self.check_open()
         level, seed = level_and_seed(item_id)
-        if level != self.level:
+        if level != self.gym_id:
             if self.world is not None:
                 self.world.close()
-            self.world, self.level = gymnasium.make(level).unwrapped, level
+            self.world, self.gym_id = gymnasium.make(level).unwrapped, level
         with _quiet():
             obs, _ = self.world.reset(seed=seed)
         self.item_id, self.goal = int(item_id), goal_text(self.world.mission)
@@ -373,13 +396,17 @@ class BabyAI(Env):
         listed = json.loads(observation[observation.rindex("\nAvailable actions: ") + 20:])
         return "check" in action or action in listed
 
+    @classmethod
+    def level(cls, item_id: int) -> int:
+        return level_index(item_id)
+
     def category(self, item_id: int) -> str:
         return level_and_seed(item_id)[0]
 
     def close(self) -> None:
         if self.world is not None:
             self.world.close()
-        self.world = self._view = self.level = None
+        self.world = self._view = self.gym_id = None
         super().close()
 
 

@@ -9,6 +9,7 @@ import abc
 import numbers
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 ACKNOWLEDGEMENT = "OK. I'll follow your instructions and try my best to solve the task."
 MULTIPLE_ACTIONS = "Error: Only one 'Action' is allowed per response. Please adjust your response."
@@ -23,6 +24,41 @@ class Step:
     reward: float  # what AgentGym's client reports: the cumulative score of the episode so far
     done: bool
     info: dict = field(default_factory=dict)  # at least {"score", "action", "valid"}
+
+
+@dataclass(frozen=True)
+class Levels:
+    """What an env's items are graded by (`Env.level(item_id)`), so a run can keep some of them (RunConfig.levels)."""
+    meaning: str            # e.g. "recipe depth of the goal"
+    values: range
+
+
+@dataclass(frozen=True)
+class Episodes:
+    """The shape of an env's episodes at a preset: the stepwise horizon ladder (its last stage is also the
+    evaluation horizon), tokens per reply and per trajectory, and envs alive at once (SciWorld: one JVM each)."""
+    rounds: tuple[int, ...]
+    max_tokens: int
+    max_total_tokens: int
+    max_envs: int = 64
+
+    @property
+    def eval_rounds(self) -> int:
+        return self.rounds[-1]
+
+
+@dataclass(frozen=True)
+class Track:
+    """A named item set of an env and the episode shape the cpu preset trains and evaluates it at.
+
+    `levels` None keeps every item. `budget` overrides the cpu preset's training budget (RunConfig fields) where a
+    step of this env costs far more than the common one. `nano` overrides the cpu nano model's build recipe
+    (models.NanoSpec fields): the nano of a track is cloned on its items, at its episode shape."""
+    about: str
+    levels: tuple[int, ...] | None
+    cpu: Episodes
+    budget: dict = field(default_factory=dict)
+    nano: dict = field(default_factory=dict)
 
 
 class EnvError(RuntimeError):
@@ -87,6 +123,14 @@ class Env(abc.ABC):
     # endpoints, and the HTTPEnv subclass that speaks to such a server.
     http_routes = None
     http_client = None
+    # Metadata that configs, models and evaluation read (an env declares its own: adding one touches no table):
+    levels: Levels | None = None   # what items are graded by; None: no levels
+    tracks: dict[str, Track]       # named item sets; the first is the cpu and smoke presets' default
+    smoke: Episodes                # the smoke preset's episode shape (its tracks keep their levels)
+    smoke_nano: dict = {}          # the smoke nano's build recipe overrides (models.NanoSpec fields)
+    content_words: tuple[str, ...] = ()   # words the nano tokenizer keeps whole (goal words the policy copies)
+    success_score: float | None = None   # an episode succeeded when its score reaches this; None: any score > 0
+    items_dir: str = str(Path(__file__).resolve().parent.parent / "data" / "items")   # <name>_<split>.json lists
     phase: str = "new"
     score: float = 0.0  # cumulative over the episode
     reward: float = 0.0  # of the latest step
@@ -125,7 +169,12 @@ class Env(abc.ABC):
         return react_action(text)
 
     def success(self, reward: float) -> bool:
-        return reward > 0
+        return reward > 0 if self.success_score is None else reward >= self.success_score
+
+    @classmethod
+    def level(cls, item_id: int) -> int:
+        """The level of `item_id` (see `levels`)."""
+        raise ValueError(f"env {cls.name!r} has no levels")
 
     def category(self, item_id: int) -> str:
         """The group `item_id` is reported under in per-category results (BabyAI level, TextCraft depth, ...)."""

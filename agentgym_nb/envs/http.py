@@ -247,6 +247,7 @@ class HTTPEnv(Env):
 
         self.spec = env_class(name)
         self.name, self.task_instruction = name, self.spec.task_instruction
+        self.success_score = self.spec.success_score
         self.url, self.timeout = url.rstrip("/"), timeout
         self.session = requests.Session()
         self.last_observation = ""
@@ -255,9 +256,6 @@ class HTTPEnv(Env):
 
     def parse_action(self, text: str) -> str:  # client-side, as AgentGym's clients do
         return self.spec.parse_action(self, text)
-
-    def success(self, reward: float) -> bool:
-        return self.spec.success(self, reward)
 
     def category(self, item_id: int) -> str:
         return self.spec.category(self, item_id)

@@ -41,7 +41,7 @@ from miniwob.dom import DOMElement
 from miniwob.selenium_actions import execute_press_key, execute_type_text
 from miniwob.selenium_instance import DEFAULT_BASE_URL
 
-from .base import Env, EnvError, InvalidAction, Step, check_item_id
+from .base import Env, EnvError, Episodes, InvalidAction, Step, Track, check_item_id
 
 # Tasks solvable from the text observation with click/type/press on element ids, in a fixed (alphabetical) order.
 TASKS = (
@@ -424,6 +424,10 @@ class MiniWoB(Env):
 
     name, title = "miniwob", "MiniWoB"
     task_instruction = INSTRUCTION
+    tracks = {"all": Track("every task", None, Episodes(rounds=(2, 4, 6), max_tokens=128, max_total_tokens=3072,
+                                                         max_envs=8))}
+    smoke = Episodes(rounds=(1, 2), max_tokens=24, max_total_tokens=1536)
+    smoke_nano = dict(demos=16)
 
     def __init__(self):
         self.driver = None

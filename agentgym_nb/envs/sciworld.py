@@ -38,7 +38,7 @@ from py4j.protocol import Py4JError
 from scienceworld import ScienceWorldEnv
 from scienceworld.constants import BASEPATH, ID2TASK, JAR_PATH
 
-from .base import Env, EnvError, EnvStateError, Step, check_action_length, check_item_id
+from .base import Env, EnvError, EnvStateError, Episodes, Levels, Step, Track, check_action_length, check_item_id
 from .http import HTTPEnv, IdBody, ResetBody, StepBody, answer, running
 
 INSTRUCTION = (
@@ -259,11 +259,31 @@ def item_lists() -> dict[str, list[int]]:
         JVMS.release(sim)
 
 
+# The cpu nano's recipe (models.NanoSpec fields): actions name objects of the room description, so word-level tokens,
+# then cloning at a learning rate falling to 0.
+NANO_RECIPE = dict(tokenizer="words", bc_max_steps=800, check_every=100, bc_decay_steps=600, bc_decay_lr=2e-3)
+CPU_EPISODES = Episodes(rounds=(8, 16, 24), max_tokens=64, max_total_tokens=4096, max_envs=4)
+
+
 class SciWorld(Env):
     """One ScienceWorld episode at a time on the env's own JVM (taken from `JVMS` when built)."""
 
     name, title = "sciworld", "ScienceWorld"
     task_instruction = INSTRUCTION
+    levels = Levels("task index in AgentGym's task list (sciworld.TASKS)", range(len(TASKS)))
+    tracks = {
+        # The tasks whose gold action sequences are short (4-17 actions over four train variations each), so an
+        # episode fits a horizon of 24 with room to err; the others take 16-94, mostly over 20.
+        "short": Track("the 10 tasks whose gold sequences take 4-17 actions: find-*, lifespan, power-component, "
+                       "secondary paint colours, identify-life-stages-2", (7, 11, 12, 13, 14, 16, 18, 19, 20, 22),
+                       CPU_EPISODES, nano=NANO_RECIPE),
+        "all": Track("all 23 tasks (the paper's item set)", None, CPU_EPISODES, nano=NANO_RECIPE),
+    }
+    # Its instruction alone is ~900 tokens; two JVMs (starting each costs seconds of CPU).
+    smoke = Episodes(rounds=(1, 2), max_tokens=24, max_total_tokens=1536, max_envs=2)
+    # Expert episodes take seconds in a JVM and run 20-50 turns: few of them, kept whole, few cloning steps.
+    smoke_nano = dict(demos=6, max_total_tokens=3072, bc_max_steps=8, check_every=8, max_envs=2)
+    success_score = 100.0   # scienceworld's score for a completed task
 
     def __init__(self):
         self.sim: Simulator | None = JVMS.acquire()
@@ -319,8 +339,9 @@ class SciWorld(Env):
             text = text[:-4]
         return text.rsplit("Action:", 1)[1].strip() if "Action:" in text else ""
 
-    def success(self, reward: float) -> bool:
-        return reward >= 100
+    @classmethod
+    def level(cls, item_id: int) -> int:
+        return task_index(item_id)
 
     def category(self, item_id: int) -> str:
         return game(item_id)[0]

@@ -42,8 +42,9 @@ from typing import Callable, Protocol
 import numpy as np
 from pydantic import BaseModel
 
+from ..paths import default_outputs_dir
 from . import searchqa_corpus
-from .base import ActionTooLong, Env, EnvStateError, Step, check_action_length, check_item_id
+from .base import ActionTooLong, Env, EnvStateError, Episodes, Step, Track, check_action_length, check_item_id
 from .http import HTTPEnv
 from .searchqa_corpus import normalize_answer
 
@@ -170,7 +171,6 @@ class DenseRetriever:
 
 def index_dir(corpus_path: str) -> Path:
     """Where the corpus' offsets and BM25 index are cached: keyed by its real path, size and modification time."""
-    from agentgym_nb.config import default_outputs_dir
     stat = os.stat(corpus_path)
     key = hashlib.sha1(f"{os.path.realpath(corpus_path)}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()
     return Path(default_outputs_dir()) / "data" / "searchqa" / "index" / f"{Path(corpus_path).stem}-{key[:12]}"
@@ -327,6 +327,10 @@ class SearchQA(Env):
 
     name, title = "searchqa", "SearchQA"
     task_instruction = INSTRUCTION
+    tracks = {"all": Track("every question", None, Episodes(rounds=(3, 4, 5), max_tokens=80, max_total_tokens=2048),
+                           # a clone must copy entity names: word-level tokens and more episodes than it can memorise
+                           nano=dict(tokenizer="words", demos=2400, bc_max_steps=800, check_every=100))}
+    smoke = Episodes(rounds=(1, 2), max_tokens=24, max_total_tokens=1024)
 
     def __init__(self, corpus: str | os.PathLike | None = None, test: str | os.PathLike | list | None = None,
                  train: str | os.PathLike | list | None = None, retriever: Retriever | None = None):

@@ -33,6 +33,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..paths import default_outputs_dir
+
 VERSION = 1  # bump when the generated text changes, so stale caches are rebuilt
 SIZES = {"country": 120, "city": 3000, "person": 8000, "org": 4000, "work": 6000}  # 21,120 passages
 N_TEST, N_TRAIN = 500, 2500  # each half 1-hop, half 2-hop
@@ -415,7 +417,6 @@ def generate(seed: int = 0) -> World:
 
 
 def default_dir(seed: int = 0) -> Path:
-    from agentgym_nb.config import default_outputs_dir
     return Path(default_outputs_dir()) / "data" / "searchqa" / f"fictional-v{VERSION}-seed{seed}"
 
 

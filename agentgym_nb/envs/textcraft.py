@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from fastapi import FastAPI
 from pydantic import BaseModel
 
-from .base import Env, InvalidAction, Step, check_action_length, check_item_id, react_action
+from .base import Env, Episodes, InvalidAction, Levels, Step, Track, check_action_length, check_item_id, react_action
 from .http import EnvPool, HTTPEnv, answer
 
 INSTRUCTION = (
@@ -523,6 +523,15 @@ class TextCraftClient(HTTPEnv):
         return self._call("GET", "observation", params={"id": self.env_id})
 
 
+# The cpu nano's recipe (models.NanoSpec fields): a clone must copy item names out of the recipes, so word-level
+# tokens, and each demonstration also in renamed copies so that names cannot be memorised; then cloning at a learning
+# rate falling to 0.
+NANO_RECIPE = dict(tokenizer="words", renamed_copies=4, bc_max_steps=800, check_every=80, bc_decay_steps=600,
+                   bc_decay_lr=2e-3)
+# The reply budget holds the expert's longest reply (its first thought reads the goal's recipe aloud).
+CPU_EPISODES = Episodes(rounds=(4, 8, 12), max_tokens=96, max_total_tokens=2048)
+
+
 class TextCraft(Env):
     """One TextCraft episode at a time, with AgentGym's observations, grammar, messages and reward."""
 
@@ -530,6 +539,14 @@ class TextCraft(Env):
     task_instruction = INSTRUCTION
     http_routes = staticmethod(http_routes)
     http_client = TextCraftClient
+    levels = Levels("recipe depth of the goal", range(1, 5))
+    tracks = {
+        # Depths 3 and 4 need 11 and 19 turns on average, and a cpu nano cloned on every depth solved none.
+        "shallow": Track("goals of recipe depth 1 and 2 (expert: 2-12 turns)", (1, 2), CPU_EPISODES, nano=NANO_RECIPE),
+        "all": Track("every goal, depths 1-4 (the paper's item set)", None, CPU_EPISODES, nano=NANO_RECIPE),
+    }
+    smoke = Episodes(rounds=(1, 2), max_tokens=24, max_total_tokens=1024)
+    content_words = ("craft", "get", "using", "inventory", "planks", "logs", "stick", "dye", "wool", "ingot", "nugget")
 
     def __init__(self):
         self.tree = crafting_tree()
@@ -634,6 +651,10 @@ class TextCraft(Env):
 
     def expert(self, item_id: int) -> list[str]:
         return expert_replies(item_id)
+
+    @classmethod
+    def level(cls, item_id: int) -> int:
+        return goal_depth(item_id)
 
     def category(self, item_id: int) -> str:
         return f"depth-{goal_depth(item_id)}"

@@ -45,7 +45,7 @@ from typing import Callable
 
 from pydantic import BaseModel
 
-from .base import Env, EnvError, InvalidAction, Step, check_item_id
+from .base import Env, EnvError, Episodes, InvalidAction, Step, Track, check_item_id
 
 INSTRUCTION = (
     "You are an autonomous intelligent agent tasked with navigating a web browser. You will be given web-based "
@@ -696,6 +696,15 @@ class WebArena(Env):
 
     name, title = "webarena", "WebArena"
     task_instruction = INSTRUCTION
+    # A step (Chromium, accessibility trees of ~2k tokens a turn) costs about 20 times a BabyAI step: the cpu
+    # preset trains half the tasks per step over 24 steps (three stages of 8).
+    tracks = {"all": Track("every task of the offline sites", None,
+                           Episodes(rounds=(4, 8, 12), max_tokens=128, max_total_tokens=8192, max_envs=6),
+                           budget=dict(prompts_per_step=4, steps=24, rounds_every=8))}
+    # Its instruction and an accessibility tree are ~1,850 tokens, and ~650 more per turn.
+    smoke = Episodes(rounds=(1, 2), max_tokens=24, max_total_tokens=3584)
+    smoke_nano = dict(demos=8, max_total_tokens=4032, bc_max_steps=8, check_every=8)
+    success_score = 1.0
 
     def __init__(self, config_dir: str | Path | None = None, judge: Judge | None = None,
                  page_load_timeout: float = 30.0):
@@ -779,9 +788,6 @@ class WebArena(Env):
         info = {"score": self.score, "reward": self.reward, "action": self.history[-1], "valid": not fail_error,
                 "fail_error": fail_error, "url": self.url}
         return Step(self.observe(), self.reward, action.kind == "stop", info)
-
-    def success(self, reward: float) -> bool:
-        return reward >= 1
 
     def category(self, item_id: int) -> str:
         """The task's site(s), e.g. "shopping", "reddit", "shopping+reddit"."""

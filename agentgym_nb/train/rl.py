@@ -60,7 +60,7 @@ class Critic(torch.nn.Module):
 
 
 SUMMED_METRICS = ("pg_loss", "kl", "entropy", "clip_frac", "value_loss", "value_clip_frac", "episodes", "failed",
-                  "groups_trained")
+                  "groups_trained", "sampled_tokens")
 
 
 class Trainer:
@@ -88,7 +88,8 @@ class Trainer:
             self.ref = copy.deepcopy(model).eval().requires_grad_(False)
         if cfg.lora_rank:
             model = add_lora(model, r=cfg.lora_rank)
-        critic = Critic(self.model_dir) if cfg.algorithm == "gae" else None
+        self.estimator = adv_fns.ESTIMATORS[cfg.algorithm]
+        critic = Critic(self.model_dir) if self.estimator.needs_critic else None
         self.model, self.optimizer, self.critic, self.critic_optimizer = self._place(model, critic)
         self.engine = make_engine(cfg.engine, self.model_dir, max_model_len=cfg.max_total_tokens + cfg.max_tokens,
                                   seed=cfg.seed, tokenizer=self.tokenizer, kv_cache_gib=cfg.kv_cache_gib,
@@ -190,8 +191,12 @@ class Trainer:
         usable = [t for t in trajs if not t.failed and t.num_policy_tokens > 0]
         if not usable:   # (with several processes this one would leave the others waiting: fail loudly)
             raise RuntimeError(f"step {step}: no usable episode ({len(failed)} failed): check the env server")
-        train_on = informative_groups(usable, cfg.prompts_per_step) if cfg.filter_groups else usable
-        update = self._update(train_on or usable, step)
+        train_on = usable
+        if cfg.filter_groups:
+            # Only groups whose scores differ carry signal. With none, the step measures its losses (KL, entropy) on
+            # as many groups as it would have trained on, and skips the optimizer.
+            train_on = informative_groups(usable, cfg.prompts_per_step) or first_groups(usable, cfg.prompts_per_step)
+        update = self._update(train_on, step)
         learn = update["optimizer_steps"] > 0
         t_sync = time.perf_counter()
         self.sync_engine()
@@ -207,12 +212,17 @@ class Trainer:
             "failed": len(failed), "episodes": len(usable),
             "zero_adv_groups": _share_constant_groups(torch.tensor([t.reward for t in usable]),
                                                       torch.tensor([t.group for t in usable])),
-            "groups_trained": len({t.group for t in (train_on or usable)}) if learn else 0,
+            "groups_trained": len({t.group for t in train_on}) if learn else 0,
             "policy_tokens": _mean([t.num_policy_tokens for t in usable]),
+            "sampled_tokens": sum(t.num_policy_tokens for t in trajs),   # every episode played, kept or not
             "rollout_tokens_per_s": stats.tokens_per_s, "env_steps_per_s": stats.env_steps_per_s,
             "rollout_seconds": t_rollout, "sync_seconds": time.perf_counter() - t_sync,
             **update,
         }
+        if cfg.schedule == "adaptive" and cfg.adaptive_metric == "success_in_reach":
+            reach = envs.expert_turns(cfg.env, sorted({t.item_id for t in usable}))
+            metrics["success_in_reach"] = _mean([float(t.success) for t in usable
+                                                 if reach[t.item_id] is not None and reach[t.item_id] <= rounds])
         metrics["step_seconds"] = time.perf_counter() - t0
         metrics = self._mean_over_processes(metrics)
         self.step = step
@@ -238,15 +248,9 @@ class Trainer:
         token_rewards = batch["rewards"]
         if cfg.kl_in_reward and self.ref is not None:   # r_t - beta * KL_t on every policy token
             token_rewards = token_rewards - cfg.kl_coef * kl_penalty(old_logp, ref_logp, cfg.kl_type) * mask
-        returns = None
-        if cfg.algorithm == "grpo":
-            adv = adv_fns.grpo(scores, group, mask)
-        elif cfg.algorithm == "rloo":
-            adv = adv_fns.rloo(scores, group, mask)
-        elif cfg.algorithm == "reinforce_plus_plus":
-            adv = self._whiten(adv_fns.reinforce_pp(token_rewards, mask, gamma=cfg.gamma, whiten=False)[0], mask)
-        else:
-            adv, returns = adv_fns.gae(token_rewards, old_values, mask, gamma=cfg.gamma, lam=cfg.lam, whiten=False)
+        adv, returns = self.estimator.compute(adv_fns.Credit(scores, group, mask, token_rewards, old_values,
+                                                             gamma=cfg.gamma, lam=cfg.lam))
+        if self.estimator.whiten:
             adv = self._whiten(adv, mask)
         per_token = {"old_logp": old_logp, "ref_logp": ref_logp, "adv": adv, "old_values": old_values,
                      "returns": returns if returns is not None else old_values}
@@ -562,6 +566,12 @@ def informative_groups(trajs: list, limit: int) -> list:
         by_group.setdefault(t.group, []).append(t)
     kept = [eps for eps in by_group.values() if len({t.reward for t in eps}) > 1][:limit]
     return [t for eps in kept for t in eps]
+
+
+def first_groups(trajs: list, limit: int) -> list:
+    """The episodes of the first `limit` groups, in item order."""
+    keep = set(list(dict.fromkeys(t.group for t in trajs))[:limit])
+    return [t for t in trajs if t.group in keep]
 
 
 def _mean(xs) -> float:
