@@ -24,12 +24,12 @@ import sys
 import time
 
 import numpy as np
-from _common import machine, versions  # bench/_common.py
+from _common import machine, start_job, versions  # bench/_common.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from agentgym_nb.algos.advantages import ESTIMATORS  # noqa: E402
 
-ESTIMATORS = ("grpo", "reinforce_plus_plus", "rloo", "gae")
 CURVE_KEYS = ("step", "max_rounds", "success", "reward", "turns", "cut_by_horizon", "zero_adv_groups", "kl",
               "entropy", "clip_frac", "grad_norm", "value_loss", "explained_variance", "step_seconds")
 
@@ -76,7 +76,7 @@ def main() -> None:
     ap.add_argument("--env", default="babyai")
     ap.add_argument("--schedule", default="stepwise", choices=("stepwise", "fixed"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--estimators", nargs="+", default=list(ESTIMATORS), choices=ESTIMATORS)
+    ap.add_argument("--estimators", nargs="+", default=list(ESTIMATORS), choices=list(ESTIMATORS))
     ap.add_argument("--jobs", type=int, default=1, help="runs trained at once (each on one core when > 1)")
     ap.add_argument("--one", nargs=2, metavar=("ESTIMATOR", "SEED"), help=argparse.SUPPRESS)   # a child process
     args = ap.parse_args()
@@ -90,19 +90,17 @@ def main() -> None:
     # seed-major, so an interrupted call leaves whole seeds finished
     grid = {(e, s): config(args.env, args.schedule, e, s) for s in args.seeds for e in args.estimators}
     todo = [(e, s) for (e, s), cfg in grid.items() if not finished(cfg)]
-    child_env = dict(os.environ, OMP_NUM_THREADS="1") if args.jobs > 1 else None   # one core per run
-    running: list[tuple[tuple[str, int], subprocess.Popen]] = []
+    running: dict[int, tuple[tuple[str, int], subprocess.Popen]] = {}   # slot (core) -> run
     while todo or running:
-        while todo and len(running) < args.jobs:
+        for slot in [k for k in range(args.jobs) if k not in running][:len(todo)]:
             e, s = todo.pop(0)
             print(f"training {e} seed {s}: {grid[e, s].run_dir}", flush=True)
-            running.append(((e, s), subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__), "--env", args.env, "--schedule", args.schedule,
-                 "--one", e, str(s)], env=child_env)))
+            running[slot] = ((e, s), start_job([sys.executable, os.path.abspath(__file__), "--env", args.env,
+                                                "--schedule", args.schedule, "--one", e, str(s)], slot, args.jobs))
         time.sleep(5)
-        for key, proc in list(running):
+        for slot, (key, proc) in list(running.items()):
             if proc.poll() is not None:
-                running.remove((key, proc))
+                del running[slot]
                 if proc.returncode:
                     raise SystemExit(f"run {key} failed with exit code {proc.returncode}: {grid[key].run_dir}")
     runs = {key: train_or_load(cfg) for key, cfg in grid.items()}
