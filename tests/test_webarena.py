@@ -26,6 +26,7 @@ from agentgym_nb.envs import EnvError, EnvStateError, connect, item_ids, make
 from agentgym_nb.envs import webarena as wa
 from agentgym_nb.envs.http import make_app
 from agentgym_nb.envs.web import STORE, data, tasks
+from agentgym_nb.envs.webarena.expert import element_id, play
 from conftest import loopback_server
 
 pytestmark = pytest.mark.timeout(300)
@@ -36,7 +37,7 @@ def reply(action: str) -> str:
 
 
 def element(observation: str, role: str, name: str) -> str:
-    found = tasks.element_id(observation.split("\nURL: ")[0], role, name)
+    found = element_id(observation.split("\nURL: ")[0], role, name)
     assert found is not None, f"no {role} {name!r} in\n{observation}"
     return found
 
@@ -337,7 +338,7 @@ def test_observation_actions_and_reward_only_at_stop(env):
 def test_content_changes_are_checked_and_never_leak_into_the_next_episode(env):
     buy = next(i for i, t in enumerate(tasks.TASKS) if t.template_id == 17)  # add a product to the cart
     product = data.product_named(tasks.TASKS[buy].slots["product"])
-    replies = tasks.expert_replies(buy)
+    replies = env.expert(buy)
     env.reset(buy)
     for text in replies[:-1]:
         env.step(text)
@@ -450,7 +451,7 @@ def test_agentgym_webarena_server_and_client():
         first = client.reset(item)
         assert first.startswith("OBSERVATION:\nTab 0 (current): Postmill")
         assert client.step("no backticks").observation == wa.NO_BACKTICKS
-        for text in tasks.expert_replies(item):
+        for text in client.expert(item):
             result = client.step(text)
         assert result.done and client.success(result.reward) and result.reward == 1.0
         client.close()
@@ -522,14 +523,14 @@ def test_no_leaked_chromium_processes_over_many_episodes():
 
 
 def play_on_three_envs(items: list[int]) -> dict[int, list[str]]:
-    """item -> the expert's replies, each plan played (tasks.play checks reward 1) on three envs at once."""
+    """item -> the expert's replies, each plan played (play checks reward 1) on three envs at once."""
     local, envs = threading.local(), []
 
     def solve(item):
         if not hasattr(local, "env"):
             local.env = make("webarena")
             envs.append(local.env)
-        return item, tasks.play(local.env, item)
+        return item, play(local.env, item)
 
     try:
         with ThreadPoolExecutor(3) as workers:
@@ -541,7 +542,7 @@ def play_on_three_envs(items: list[int]) -> dict[int, list[str]]:
 
 @pytest.mark.timeout(900)   # ~1-2 min on a quiet machine; over 300 s with four training runs sharing 2 cores
 def test_expert_solves_every_task(env):
-    """Slow but essential: every hand-written task's plan earns reward 1 (tasks.play checks it, stepping the env),
+    """Slow but essential: every hand-written task's plan earns reward 1 (play checks it, stepping the env),
     played on three envs at once from threads; the replies then replay to reward 1 in another env (ids are
     reproducible)."""
     solved = play_on_three_envs(list(range(len(tasks.TASKS))))
@@ -555,7 +556,7 @@ def test_expert_solves_every_task(env):
         for text in solved[item]:
             step = env.step(text)
         assert step.done and step.reward == 1.0, item
-        assert solved[item] == tasks.expert_replies(item)  # the same ids in the expert's own env
+        assert solved[item] == env.expert(item)  # the same ids in the expert's own env
 
 
 def test_expert_solves_generated_tasks_of_every_template_and_wrong_endings_fail(env):

@@ -20,6 +20,7 @@ REDDIT, GITLAB, MAP, WIKIPEDIA, HOMEPAGE).
     evaluators.py  WebArena's evaluators: the reward at `stop`
     browser.py     the process's Chromium and its pool of contexts
     env.py         the env (`WebArena`)
+    expert.py      the scripted expert that plays the offline tasks' plans
     wire.py        AgentGym's webarena server and client
 """
 from .axtree import NodeIds, render_tree

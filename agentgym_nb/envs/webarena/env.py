@@ -23,6 +23,7 @@ from .axtree import NodeIds, render_tree
 from .browser import POOL, VIEWPORT
 from .configs import SITES, OfflineConfigs, TaskConfigs, UrlMap
 from .evaluators import Judge, evaluate, needs_judge
+from .expert import expert_replies
 from .grammar import TEMPLATE, Action, ActionParsingError, describe, extract_action, parse_action, require_block
 
 INSTRUCTION = (
@@ -175,12 +176,10 @@ class WebArena(Env):
         return "+".join(self.configs.raw(item_id)["sites"])
 
     def expert(self, item_id: int) -> list[str]:
-        """Replies that solve an offline task (a scripted plan, played in a private browser context)."""
+        """Replies that solve an offline task (its scripted plan, played in the expert's private env)."""
         if not self.offline:
             raise ValueError("webarena: the scripted expert covers the offline tasks only")
-        from ..web.tasks import expert_replies
-
-        return expert_replies(item_id)
+        return expert_replies(item_id, new_env=WebArena)
 
     def metadata(self) -> dict:
         """WebArena's observation metadata (AgentGym's GET /observation_metadata)."""
