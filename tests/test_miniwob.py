@@ -15,8 +15,8 @@ import requests
 from agentgym_nb import envs
 from agentgym_nb.envs import EnvError, EnvStateError, make
 from agentgym_nb.envs.http import make_app
-from agentgym_nb.envs.miniwob import (EXCLUDED, EXPERT_TASKS, INSTRUCTION, NO_BACKTICKS, TASKS, TEST_TASKS, MiniWoB,
-                                      task_and_seed)
+from agentgym_nb.envs.miniwob import EXCLUDED, EXPERT_TASKS, INSTRUCTION, TASKS, TEST_TASKS, MiniWoB, task_and_seed
+from agentgym_nb.envs.webarena.grammar import NO_BACKTICKS
 from conftest import loopback_server
 
 pytestmark = [pytest.mark.timeout(120),

@@ -52,9 +52,8 @@ def action_kind(action_str: str) -> str:
     return action_str.split("[")[0].strip() if "[" in action_str else (action_str.split() or [""])[0].strip()
 
 
-def parse_action(action_str: str, enter_by_default: bool = True) -> Action:
-    """WebArena's `create_id_based_action`: the grammar of one action string; ActionParsingError otherwise.
-    `type [id] [text]` without its flag presses Enter when `enter_by_default` (WebArena's default)."""
+def parse_action(action_str: str) -> Action:
+    """WebArena's `create_id_based_action`: the grammar of one action string; ActionParsingError otherwise."""
     action_str = action_str.strip()
     kind = action_kind(action_str)
     if kind in ("click", "hover"):
@@ -64,7 +63,7 @@ def parse_action(action_str: str, enter_by_default: bool = True) -> Action:
         return Action(kind, element_id=match.group(1))
     if kind == "type":
         if not (action_str.endswith("[0]") or action_str.endswith("[1]")):
-            action_str += " [1]" if enter_by_default else " [0]"
+            action_str += " [1]"  # Enter by default
         match = re.search(r"type ?\[(\d+)\] ?\[(.+)\] ?\[(\d+)\]", action_str)
         if not match:
             raise ActionParsingError(f"Invalid type action {action_str}")
