@@ -19,13 +19,21 @@ Client: `HTTPEnv`, an Env that speaks this protocol to our server or to AgentGym
 from __future__ import annotations
 
 import contextlib
+import json
+import signal
+import socket
+import subprocess
+import sys
 import threading
+import time
 from dataclasses import dataclass, field
 
 import requests
+import uvicorn
 from fastapi import FastAPI
 from pydantic import BaseModel
 
+from . import env_class, make
 from .base import Env, EnvError, EnvStateError, Step, check_item_id
 
 
@@ -107,8 +115,6 @@ def running(env: Env, env_id: int) -> Env:
 
 def make_app(name: str, **kw) -> FastAPI:
     """The FastAPI app serving env `name` (built with `make(name, **kw)`) over AgentGym's protocol."""
-    from . import env_class, make
-
     cls = env_class(name)
     pool = EnvPool(lambda: make(name, **kw))
     app = FastAPI(title=f"agentgym-nb {name}")
@@ -169,8 +175,6 @@ def free_ports(count: int = 1, host: str = "127.0.0.1") -> int:
 
     Asks the OS for a free port rather than trusting a fixed one: fixed ports such as 36002 sit inside Linux's
     ephemeral range (32768-60999), so any outgoing connection on the machine may hold them at the wrong moment."""
-    import socket
-
     for _ in range(100):
         with socket.socket() as s:
             s.bind((host, 0))
@@ -187,8 +191,6 @@ def free_ports(count: int = 1, host: str = "127.0.0.1") -> int:
 
 def serve(name: str, host: str = "127.0.0.1", port: int = 36002, **kw) -> None:
     """Serve env `name` over HTTP until interrupted (one process: the envs live in its memory)."""
-    import uvicorn
-
     uvicorn.run(make_app(name, **kw), host=host, port=port, access_log=False)
 
 
@@ -199,12 +201,6 @@ def serve_workers(name: str, host: str = "127.0.0.1", port: int = 36002, workers
     (Not uvicorn's --workers, which shares one port between processes and would route an id to a process that does
     not hold it.) Several processes use several cores: one Python process steps its envs one at a time (the GIL).
     `kw` (the env's constructor options) reach every process as `--set key=<JSON>` (paths as text)."""
-    import json
-    import signal
-    import subprocess
-    import sys
-    import time
-
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))   # so `finally` stops the workers on a plain kill
@@ -243,8 +239,6 @@ class HTTPEnv(Env):
     """
 
     def __init__(self, name: str, url: str, timeout: float = 30.0):
-        from . import env_class
-
         self.spec = env_class(name)
         self.name, self.task_instruction = name, self.spec.task_instruction
         self.url, self.timeout = url.rstrip("/"), timeout

@@ -40,8 +40,12 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 import numpy as np
+import Stemmer
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
+from ..config import default_outputs_dir
 from . import searchqa_corpus
 from .base import ActionTooLong, Env, EnvStateError, Step, check_action_length, check_item_id
 from .http import HTTPEnv
@@ -123,14 +127,12 @@ class BM25:
     """bm25s's Lucene BM25 (k1 1.5, b 0.75) over Snowball-stemmed English tokens, stopwords removed."""
 
     def __init__(self, model):
-        import Stemmer
         self.model, self.stemmer = model, Stemmer.Stemmer("english")
         self._lock = threading.Lock()  # the stemmer is not thread-safe
 
     @classmethod
     def build(cls, texts: list[str]) -> "BM25":
-        import bm25s
-        import Stemmer
+        import bm25s  # heavy: loaded only where an index is built, loaded or searched
         model = bm25s.BM25()
         tokens = bm25s.tokenize(texts, stopwords="en", stemmer=Stemmer.Stemmer("english"), show_progress=False)
         model.index(tokens, show_progress=False)
@@ -138,19 +140,19 @@ class BM25:
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> "BM25":
-        import bm25s
+        import bm25s  # heavy: loaded only where an index is built, loaded or searched
         return cls(bm25s.BM25.load(str(directory), mmap=True, show_progress=False))
 
     def save(self, directory: str | os.PathLike) -> None:
         self.model.save(str(directory), show_progress=False)
 
     def search(self, query: str, k: int) -> list[int]:
-        import bm25s
+        import bm25s  # heavy: loaded only where an index is built, loaded or searched
         with self._lock:
             tokens = bm25s.tokenize([query], stopwords="en", stemmer=self.stemmer, return_ids=False,
                                     show_progress=False)
             scores = self.model.get_scores(tokens[0]) if tokens[0] else np.zeros(1, dtype=np.float32)
-        # bm25s's own top-k (argpartition) takes ~15 ms on mostly-zero scores; only matching passages can win
+        # bm25s's own top-k (argpartition) is slow on mostly-zero scores; only matching passages can win
         matching = np.flatnonzero(scores > 0)
         return [int(r) for r in matching[np.argsort(-scores[matching], kind="stable")[:k]]]  # ties: lower row
 
@@ -170,7 +172,6 @@ class DenseRetriever:
 
 def index_dir(corpus_path: str) -> Path:
     """Where the corpus' offsets and BM25 index are cached: keyed by its real path, size and modification time."""
-    from agentgym_nb.config import default_outputs_dir
     stat = os.stat(corpus_path)
     key = hashlib.sha1(f"{os.path.realpath(corpus_path)}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()
     return Path(default_outputs_dir()) / "data" / "searchqa" / "index" / f"{Path(corpus_path).stem}-{key[:12]}"
@@ -236,7 +237,7 @@ def read_questions(path: str | os.PathLike) -> list[Item]:
     (the folder name for FlashRAG's `<dataset>/<split>.jsonl`, else the file name)."""
     path = Path(path)
     if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # heavy: loaded only for parquet question files
         names = pq.read_schema(path).names
         if "golden_answers" in names:
             names = [n for n in names if n != "reward_model"]  # nested and slow to read; not needed then
@@ -434,9 +435,6 @@ def searchqa_routes(app, pool, cls) -> None:
     with a bare HTTP 500, answer {"error": "<what was wrong and what is valid>"}: 404 unknown env_idx, 413 action too
     long, 422 malformed JSON, missing/null/mistyped fields or item ids out of range, 500 anything else.
     """
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse
-
     probe = pool.factory()  # loads (or builds) the corpus and index now, not on the first request
     n, n_test = len(probe.library.items), probe.library.n_test
     item_range = f"item ids are 0..{n - 1} (0..{n_test - 1} test, {n_test}..{n - 1} train)"

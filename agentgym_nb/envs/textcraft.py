@@ -42,6 +42,7 @@ import random
 import re
 from dataclasses import dataclass, field
 
+import minecraft_data
 from fastapi import FastAPI
 from pydantic import BaseModel
 
@@ -284,8 +285,6 @@ def _ingredients(cells: tuple) -> tuple[Ingredient, ...]:
 @functools.lru_cache(maxsize=1)
 def crafting_tree() -> CraftingTree:
     """The crafting tree of Minecraft 1.16.5, built once per process (see the module docstring)."""
-    import minecraft_data
-
     variants = _variants(minecraft_data(VERSION))
     tree = CraftingTree(recipes={}, tag_recipes={}, items=set(), tags=set(), item_tag={})
     dependencies: dict[str, set[str]] = {}

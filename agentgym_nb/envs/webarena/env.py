@@ -321,7 +321,9 @@ class WebArena(Env):
             fail_error = str(error).splitlines()[0] if str(error) else error.__class__.__name__
         await self._settle()
         await self._observe()
-        score = await evaluate(self.config, action.text, self.page, self.urls, self.judge) if action.kind == "stop" else 0.0
+        score = 0.0
+        if action.kind == "stop":
+            score = await evaluate(self.config, action.text, self.page, self.urls, self.judge)
         return fail_error, score
 
     def _center(self, element_id: str) -> tuple[float, float]:
