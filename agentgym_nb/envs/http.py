@@ -2,9 +2,9 @@
 
 Every AgentGym server has the same life cycle (/create, /reset, /step, /observation, /close) but each env spells its
 fields a little differently (`id` or `env_idx`, what /create and /reset return, extra endpoints). The shared parts
-live here: `EnvPool` (envs by id), `answer` (AgentGym's 200 {"error"} convention), `make_app`, and `HTTPEnv`, the
-client. An env whose wire format differs from BabyAI's sets `http_routes` (a function adding its endpoints to the
-app) and `http_client` (an HTTPEnv subclass) on its Env class, next to the env itself.
+live here: the request bodies, `EnvPool` (envs by id), `answer` (how a failure is answered), `make_app`, and
+`HTTPEnv`, the client. An env whose wire format differs from BabyAI's sets `http_routes` (a function adding its
+endpoints to the app) and `http_client` (an HTTPEnv subclass) on its Env class, next to the env itself.
 
 Default routes (BabyAI's wire format, `id_routes`):
     GET  /                      -> "This is environment BabyAI."
@@ -13,7 +13,8 @@ Default routes (BabyAI's wire format, `id_routes`):
     POST /step {id, action}     -> {"observation", "reward", "score", "done"}
     GET  /observation?id=       -> {"observation", "reward", "score", "done", "deleted"}
     POST /close {id}            -> true / false
-Failures answer HTTP 200 {"error": "..."} as AgentGym's servers do (a missing field is FastAPI's 422).
+A failure is answered {"error": "<message>"}, at HTTP 200 as AgentGym's BabyAI, TextCraft and SciWorld servers
+answer it (SearchQA's server gives it an error status instead; a missing field is FastAPI's 422).
 Client: `HTTPEnv`, an Env that speaks this protocol to our server or to AgentGym's own.
 """
 from __future__ import annotations
@@ -31,24 +32,42 @@ from dataclasses import dataclass, field
 import requests
 import uvicorn
 from fastapi import FastAPI
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from . import env_class, make
 from .base import Env, EnvError, EnvStateError, Step, check_item_id
 
 
-class ResetBody(BaseModel):
-    id: int
-    data_idx: int
-
-
-class StepBody(BaseModel):
-    id: int
-    action: str
-
+# Request bodies, one model per shape. BabyAI, TextCraft and SciWorld name the env `id`; SearchQA and WebArena name
+# it `env_idx` (SearchQA's `id` is an item id). A body only one env's server takes extends these next to its routes.
 
 class IdBody(BaseModel):
     id: int
+
+
+class ResetBody(IdBody):
+    data_idx: int
+
+
+class StepBody(IdBody):
+    action: str
+
+
+class EnvIdxBody(BaseModel):
+    env_idx: int
+
+
+class EnvIdxStepBody(EnvIdxBody):
+    action: str
+
+
+class UnknownEnv(ValueError):
+    """No env has this id (never created, or closed); AgentGym's wording."""
+
+    def __init__(self, env_id: int):
+        super().__init__(f"The id {env_id} is not valid.")
+        self.env_id = env_id
 
 
 @dataclass
@@ -75,14 +94,14 @@ class EnvPool:
 
     @contextlib.contextmanager
     def use(self, env_id: int):
-        """Hold env `env_id` for one request; ValueError (AgentGym's wording) if it does not exist (any more)."""
+        """Hold env `env_id` for one request; UnknownEnv if it does not exist (any more)."""
         with self._lock:
             slot = self.slots.get(env_id)
         if slot is None:
-            raise ValueError(f"The id {env_id} is not valid.")
+            raise UnknownEnv(env_id)
         with slot.lock:
             if self.slots.get(env_id) is not slot:  # closed while we waited
-                raise ValueError(f"The id {env_id} is not valid.")
+                raise UnknownEnv(env_id)
             yield slot.env
 
     def close(self, env_id: int) -> bool:
@@ -96,12 +115,20 @@ class EnvPool:
         return True
 
 
-def answer(handler):
-    """Run a request handler; any exception becomes AgentGym's 200 {"error": message}."""
+def answer(handler, failure=None):
+    """Run a request handler; a failure is answered {"error": message}. By default at HTTP 200 with the exception's
+    message, as AgentGym's BabyAI, TextCraft and SciWorld servers answer; `failure(error) -> (status, message)`
+    gives another status and wording (SearchQA, whose AgentGym server answers failures with an HTTP error)."""
     try:
         return handler()
     except Exception as error:  # noqa: BLE001  (the protocol reports every failure the same way)
-        return {"error": str(error) or error.__class__.__name__}
+        status, message = failure(error) if failure else (200, str(error) or error.__class__.__name__)
+        return error_answer(message, status)
+
+
+def error_answer(message: str, status: int = 200):
+    """The answer to a failure: {"error": message}, at HTTP `status`."""
+    return {"error": message} if status == 200 else JSONResponse({"error": message}, status_code=status)
 
 
 def running(env: Env, env_id: int) -> Env:

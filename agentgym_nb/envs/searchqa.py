@@ -42,13 +42,11 @@ from typing import Callable, Protocol
 import numpy as np
 import Stemmer
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from pydantic import BaseModel
 
 from ..config import default_outputs_dir
 from . import searchqa_corpus
 from .base import ActionTooLong, Env, EnvStateError, Step, check_action_length, check_item_id
-from .http import HTTPEnv
+from .http import EnvIdxBody, EnvIdxStepBody, HTTPEnv, IdBody, UnknownEnv, answer, error_answer
 from .searchqa_corpus import normalize_answer
 
 # AgentGym's SearchQAEnvClient.conversation_start, verbatim
@@ -405,22 +403,8 @@ class SearchQA(Env):
 
 # ---------------------------------------------------------------- HTTP: AgentGym's SearchQA wire format
 
-class CreateBody(BaseModel):
-    id: int
-
-
-class ResetBody(BaseModel):
-    env_idx: int
-    id: int  # AgentGym: Optional, but a missing or null id fails there too (HTTP 500)
-
-
-class StepBody(BaseModel):
-    env_idx: int
-    action: str
-
-
-class CloseBody(BaseModel):
-    env_idx: int
+class SearchQAResetBody(EnvIdxBody):
+    id: int  # the item. AgentGym: Optional, but a missing or null id fails there too (HTTP 500)
 
 
 def searchqa_routes(app, pool, cls) -> None:
@@ -442,9 +426,6 @@ def searchqa_routes(app, pool, cls) -> None:
                 "/step": '{"env_idx": <int from /create>, "action": "<the whole model reply>"}',
                 "/close": '{"env_idx": <int from /create>}', "/observation": "?env_idx=<int from /create>"}
 
-    def error(status: int, message: str):
-        return JSONResponse({"error": message}, status_code=status)
-
     async def bad_request(request, exc: RequestValidationError):
         problems = []
         for e in exc.errors():
@@ -456,48 +437,48 @@ def searchqa_routes(app, pool, cls) -> None:
             else:
                 problems.append(f"field {field or 'body'!r}: {e['msg']}, got {repr(e.get('input'))[:80]}")
         path = request.url.path
-        return error(422, f"{request.method} {path}: {'; '.join(problems)}. Expected {expected.get(path, 'no body')}; "
-                          f"{item_range}.")
+        return error_answer(f"{request.method} {path}: {'; '.join(problems)}. Expected "
+                            f"{expected.get(path, 'no body')}; {item_range}.", 422)
 
     app.add_exception_handler(RequestValidationError, bad_request)
 
-    def handle(env_idx: int | None, work):
-        """Run `work(env)` on env `env_idx` (or `work()` without one), turning failures into clear errors."""
-        try:
-            if env_idx is None:
-                return work()
-            if env_idx not in pool.slots:
-                return error(404, f"env_idx {env_idx} does not exist (never created, or closed); POST /create "
-                                  '{"id": <item id>} returns a new one')
+    def failure(error: Exception) -> tuple[int, str]:
+        if isinstance(error, UnknownEnv):
+            return 404, (f"env_idx {error.env_id} does not exist (never created, or closed); POST /create "
+                         '{"id": <item id>} returns a new one')
+        if isinstance(error, ActionTooLong):
+            return 413, str(error)
+        if isinstance(error, ValueError):
+            return 422, f"{error}; {item_range}" if "item" in str(error) else str(error)
+        return 500, f"{error.__class__.__name__}: {error}"
+
+    def on_env(env_idx: int, work):
+        """`work(env)` on env `env_idx`, a failure answered with SearchQA's status."""
+        def handle():
             with pool.use(env_idx) as env:
                 return work(env)
-        except ActionTooLong as e:
-            return error(413, str(e))
-        except ValueError as e:
-            return error(422, f"{e}; {item_range}" if "item" in str(e) else str(e))
-        except Exception as e:  # noqa: BLE001  (reported to the client, the server keeps serving)
-            return error(500, f"{e.__class__.__name__}: {e}")
+        return answer(handle, failure)
 
     @app.get("/")
     def hello():
         return "ok"
 
     @app.post("/create")
-    def create(body: CreateBody):
-        def work():
+    def create(body: IdBody):  # the item's id
+        def handle():
             probe.library.item(body.id)  # validate before creating anything
             env_idx = pool.create()
             with pool.use(env_idx) as env:
                 env.reset(body.id)
             return env_idx
-        return handle(None, work)
+        return answer(handle, failure)
 
     @app.post("/reset")
-    def reset(body: ResetBody):
-        return handle(body.env_idx, lambda env: env.reset(body.id))
+    def reset(body: SearchQAResetBody):
+        return on_env(body.env_idx, lambda env: env.reset(body.id))
 
     @app.post("/step")
-    def step(body: StepBody):
+    def step(body: EnvIdxStepBody):
         def work(env):
             if env.phase == "over":  # AgentGym keeps answering after done, without changing the episode
                 observation, reward, done, _ = env.respond(body.action)
@@ -505,14 +486,14 @@ def searchqa_routes(app, pool, cls) -> None:
                 result = env.act(body.action)
                 observation, reward, done = result.observation, result.reward, result.done
             return {"observation": observation, "reward": reward, "done": done, "info": None}
-        return handle(body.env_idx, work)
+        return on_env(body.env_idx, work)
 
     @app.get("/observation")
     def observation(env_idx: int):
-        return handle(env_idx, lambda env: env.observe())
+        return on_env(env_idx, lambda env: env.observe())
 
     @app.post("/close")
-    def close(body: CloseBody):
+    def close(body: EnvIdxBody):
         return pool.close(body.env_idx)
 
 

@@ -47,7 +47,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 
 from .base import Env, InvalidAction, Step, check_action_length, check_item_id, react_action
-from .http import EnvPool, HTTPEnv, answer
+from .http import EnvPool, HTTPEnv, IdBody, ResetBody, StepBody, answer
 
 INSTRUCTION = (
     'You are given few useful crafting recipes to craft items in Minecraft. Crafting commands are of the format '
@@ -401,23 +401,13 @@ def succeeded(observation: str) -> bool:
     return observation.startswith(("Got ", "Crafted ", "Inventory: "))
 
 
-class CreateBody(BaseModel):
+class TextCraftCreateBody(BaseModel):
     commands: str | None = None  # accepted and ignored, as by AgentGym's server
     goal: str | None = None
 
 
-class ResetBody(BaseModel):
-    id: int
-    data_idx: int = 0
-
-
-class StepBody(BaseModel):
-    id: int
-    action: str
-
-
-class IdBody(BaseModel):
-    id: int
+class TextCraftResetBody(ResetBody):
+    data_idx: int = 0  # AgentGym's TextCraft server defaults it
 
 
 def http_routes(app: FastAPI, pool: EnvPool, cls: type[Env]) -> None:
@@ -438,7 +428,7 @@ def http_routes(app: FastAPI, pool: EnvPool, cls: type[Env]) -> None:
         return f"This is environment {cls.title}."
 
     @app.post("/create")
-    def create(body: CreateBody | None = None):
+    def create(body: TextCraftCreateBody | None = None):
         def handle():
             env_id = pool.create()
             try:
@@ -451,7 +441,7 @@ def http_routes(app: FastAPI, pool: EnvPool, cls: type[Env]) -> None:
         return answer(handle)
 
     @app.post("/reset")
-    def reset(body: ResetBody):
+    def reset(body: TextCraftResetBody):
         def handle():
             with pool.use(body.id) as env:
                 return {"id": body.id, "observation": env.reset(body.data_idx), "done": False, "reward": 0}

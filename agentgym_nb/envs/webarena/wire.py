@@ -1,32 +1,20 @@
 """AgentGym's webarena wire format (agentenv-webarena's server and WebarenaEnvClient), both sides."""
 from __future__ import annotations
 
-from pydantic import BaseModel
-
 from ..base import EnvError, EnvStateError, Step
-from ..http import HTTPEnv, answer
+from ..http import EnvIdxBody, EnvIdxStepBody, HTTPEnv, answer
 from .env import WebArena
 
 
-class ResetBody(BaseModel):
-    env_idx: int
+class WebArenaResetBody(EnvIdxBody):
     seed: int = 0
     idx: int
 
 
-class StepBody(BaseModel):
-    env_idx: int
-    action: str
-
-
-class CloseBody(BaseModel):
-    env_idx: int
-
-
 def webarena_routes(app, pool, cls) -> None:
     """agentenv-webarena's server: `env_idx` fields, /reset answers the raw tree + sites + intent, /step the prompt,
-    reward, terminated, truncated, info; failures inside /reset and /step are reported in the answer itself (as
-    AgentGym does), with an extra "error" field naming the failure for clients that want it."""
+    reward, terminated, truncated, info. A failed /reset or /step is answered in those fields, as AgentGym does
+    (its client checks for the observation "TimeoutError"), next to the "error" every failure is answered with."""
 
     @app.get("/")
     def hello():
@@ -37,33 +25,35 @@ def webarena_routes(app, pool, cls) -> None:
         return answer(lambda: {"env_idx": pool.create()})
 
     @app.post("/reset")
-    def reset(body: ResetBody):
-        try:
+    def reset(body: WebArenaResetBody):
+        def handle():
             with pool.use(body.env_idx) as env:
                 env.reset(body.idx)
                 return {"observation": env.tree, "sites": env.config["sites"], "object": env.config["intent"]}
-        except Exception as error:  # noqa: BLE001  (AgentGym answers every reset failure this way)
-            return {"observation": "TimeoutError", "sites": "Error", "object": "Error",
-                    "error": str(error) or error.__class__.__name__}
+        answered = answer(handle)
+        if "error" in answered:
+            return {"observation": "TimeoutError", "sites": "Error", "object": "Error", "error": answered["error"]}
+        return answered
 
     @app.post("/step")
-    def step(body: StepBody):
-        try:
+    def step(body: EnvIdxStepBody):
+        def handle():
             with pool.use(body.env_idx) as env:
                 if env.phase != "running":
                     raise EnvStateError(f"The environment {body.env_idx} is not running; POST /reset first.")
                 result = env.act(body.action)
-        except Exception as error:  # noqa: BLE001
-            message = str(error) or error.__class__.__name__
-            return {"observation": message, "reward": 0, "terminated": False, "truncated": False, "info": None,
-                    "error": message}
-        if not result.done:  # WebArena's per-step reward: 1.0 when the action executed (clients ignore it)
-            reward = float(result.info["valid"])
-        else:
-            reward = result.reward
-        info = {"fail_error": result.info["fail_error"], "url": result.info.get("url", "")}
-        return {"observation": result.observation, "reward": reward, "terminated": result.done, "truncated": False,
-                "info": info if "url" in result.info else None}
+            if not result.done:  # WebArena's per-step reward: 1.0 when the action executed (clients ignore it)
+                reward = float(result.info["valid"])
+            else:
+                reward = result.reward
+            info = {"fail_error": result.info["fail_error"], "url": result.info.get("url", "")}
+            return {"observation": result.observation, "reward": reward, "terminated": result.done,
+                    "truncated": False, "info": info if "url" in result.info else None}
+        answered = answer(handle)
+        if "error" in answered:
+            return {"observation": answered["error"], "reward": 0, "terminated": False, "truncated": False,
+                    "info": None, "error": answered["error"]}
+        return answered
 
     @app.get("/observation")
     def observation(env_idx: int):
@@ -80,7 +70,7 @@ def webarena_routes(app, pool, cls) -> None:
         return answer(handle)
 
     @app.post("/close")
-    def close(body: CloseBody):
+    def close(body: EnvIdxBody):
         if pool.close(body.env_idx):
             return {"closed": "closed"}
         return {"closed": f"Close Env {body.env_idx} Error: The id {body.env_idx} is not valid."}
