@@ -131,6 +131,14 @@ def error_answer(message: str, status: int = 200):
     return {"error": message} if status == 200 else JSONResponse({"error": message}, status_code=status)
 
 
+def on_env(pool: EnvPool, env_id: int, work, failure=None):
+    """Answer a request with `work(env)` on env `env_id`, held for the request; failures as `answer` does."""
+    def handle():
+        with pool.use(env_id) as env:
+            return work(env)
+    return answer(handle, failure)
+
+
 def running(env: Env, env_id: int) -> Env:
     """`env` if it is mid-episode; AgentGym's error wording otherwise."""
     if env.phase == "new":
@@ -163,34 +171,31 @@ def id_routes(app: FastAPI, pool: EnvPool, cls: type[Env]) -> None:
 
     @app.post("/reset")
     def reset(body: ResetBody):
-        def handle():
-            with pool.use(body.id) as env:
-                observation = env.reset(body.data_idx)
-                return {"observation": observation, "reward": env.reward, "score": env.score, "deleted": False,
-                        "done": env.phase == "over"}
-        return answer(handle)
+        def work(env):
+            observation = env.reset(body.data_idx)
+            return {"observation": observation, "reward": env.reward, "score": env.score, "deleted": False,
+                    "done": env.phase == "over"}
+        return on_env(pool, body.id, work)
 
     @app.post("/step")
     def step(body: StepBody):
         # AgentGym's clients post the extracted action; a whole reply ("...Action: ...") is extracted here.
-        def handle():
-            with pool.use(body.id) as env:
-                running(env, body.id)
-                result = env.step(body.action) if "Action:" in body.action else env.act(body.action)
-                return {"observation": result.observation, "reward": result.info.get("reward", 0.0),
-                        "score": result.info["score"], "done": result.done}
-        return answer(handle)
+        def work(env):
+            running(env, body.id)
+            result = env.step(body.action) if "Action:" in body.action else env.act(body.action)
+            return {"observation": result.observation, "reward": result.info.get("reward", 0.0),
+                    "score": result.info["score"], "done": result.done}
+        return on_env(pool, body.id, work)
 
     @app.get("/observation")
     def observation(id: int):  # noqa: A002  (AgentGym's query parameter name)
-        def handle():
-            with pool.use(id) as env:
-                if env.phase == "new":
-                    return {"observation": "Environment not initialized", "reward": 0, "score": 0, "done": False,
-                            "deleted": False}
-                return {"observation": env.observe(), "reward": env.reward, "score": env.score,
-                        "done": env.phase == "over", "deleted": False}
-        return answer(handle)
+        def work(env):
+            if env.phase == "new":
+                return {"observation": "Environment not initialized", "reward": 0, "score": 0, "done": False,
+                        "deleted": False}
+            return {"observation": env.observe(), "reward": env.reward, "score": env.score,
+                    "done": env.phase == "over", "deleted": False}
+        return on_env(pool, id, work)
 
     @app.post("/close")
     def close(body: IdBody):

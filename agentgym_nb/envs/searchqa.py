@@ -46,7 +46,7 @@ from fastapi.exceptions import RequestValidationError
 from ..config import default_outputs_dir
 from . import searchqa_corpus
 from .base import ActionTooLong, Env, EnvStateError, Step, check_action_length, check_item_id
-from .http import EnvIdxBody, EnvIdxStepBody, HTTPEnv, IdBody, UnknownEnv, answer, error_answer
+from .http import EnvIdxBody, EnvIdxStepBody, HTTPEnv, IdBody, UnknownEnv, answer, error_answer, on_env
 from .searchqa_corpus import normalize_answer
 
 # AgentGym's SearchQAEnvClient.conversation_start, verbatim
@@ -452,13 +452,6 @@ def searchqa_routes(app, pool, cls) -> None:
             return 422, f"{error}; {item_range}" if "item" in str(error) else str(error)
         return 500, f"{error.__class__.__name__}: {error}"
 
-    def on_env(env_idx: int, work):
-        """`work(env)` on env `env_idx`, a failure answered with SearchQA's status."""
-        def handle():
-            with pool.use(env_idx) as env:
-                return work(env)
-        return answer(handle, failure)
-
     @app.get("/")
     def hello():
         return "ok"
@@ -475,7 +468,7 @@ def searchqa_routes(app, pool, cls) -> None:
 
     @app.post("/reset")
     def reset(body: SearchQAResetBody):
-        return on_env(body.env_idx, lambda env: env.reset(body.id))
+        return on_env(pool, body.env_idx, lambda env: env.reset(body.id), failure)
 
     @app.post("/step")
     def step(body: EnvIdxStepBody):
@@ -486,11 +479,11 @@ def searchqa_routes(app, pool, cls) -> None:
                 result = env.act(body.action)
                 observation, reward, done = result.observation, result.reward, result.done
             return {"observation": observation, "reward": reward, "done": done, "info": None}
-        return on_env(body.env_idx, work)
+        return on_env(pool, body.env_idx, work, failure)
 
     @app.get("/observation")
     def observation(env_idx: int):
-        return on_env(env_idx, lambda env: env.observe())
+        return on_env(pool, env_idx, lambda env: env.observe(), failure)
 
     @app.post("/close")
     def close(body: EnvIdxBody):

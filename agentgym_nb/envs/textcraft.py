@@ -47,7 +47,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 
 from .base import Env, InvalidAction, Step, check_action_length, check_item_id, react_action
-from .http import EnvPool, HTTPEnv, IdBody, ResetBody, StepBody, answer
+from .http import EnvPool, HTTPEnv, IdBody, ResetBody, StepBody, answer, on_env
 
 INSTRUCTION = (
     'You are given few useful crafting recipes to craft items in Minecraft. Crafting commands are of the format '
@@ -442,10 +442,8 @@ def http_routes(app: FastAPI, pool: EnvPool, cls: type[Env]) -> None:
 
     @app.post("/reset")
     def reset(body: TextCraftResetBody):
-        def handle():
-            with pool.use(body.id) as env:
-                return {"id": body.id, "observation": env.reset(body.data_idx), "done": False, "reward": 0}
-        return answer(handle)
+        return on_env(pool, body.id, lambda env: {"id": body.id, "observation": env.reset(body.data_idx),
+                                                  "done": False, "reward": 0})
 
     @app.post("/step")
     def step(body: StepBody):
@@ -466,18 +464,12 @@ def http_routes(app: FastAPI, pool: EnvPool, cls: type[Env]) -> None:
 
     @app.get("/observation")
     def observation(id: int):  # noqa: A002  (AgentGym's query parameter name)
-        def handle():
-            with pool.use(id) as env:
-                return env.observe()
-        return answer(handle)
+        return on_env(pool, id, lambda env: env.observe())
 
     @app.get("/detail")
     def detail(id: int):  # noqa: A002
-        def handle():
-            with pool.use(id) as env:
-                return {"observation": env.observe(), "done": env.phase == "over", "reward": int(env.reward),
-                        "deleted": False}
-        return answer(handle)
+        return on_env(pool, id, lambda env: {"observation": env.observe(), "done": env.phase == "over",
+                                             "reward": int(env.reward), "deleted": False})
 
     @app.post("/close")
     def close(body: IdBody):

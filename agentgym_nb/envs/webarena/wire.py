@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..base import EnvError, EnvStateError, Step
-from ..http import EnvIdxBody, EnvIdxStepBody, HTTPEnv, answer
+from ..http import EnvIdxBody, EnvIdxStepBody, HTTPEnv, answer, on_env
 from .env import WebArena
 
 
@@ -26,22 +26,20 @@ def webarena_routes(app, pool, cls) -> None:
 
     @app.post("/reset")
     def reset(body: WebArenaResetBody):
-        def handle():
-            with pool.use(body.env_idx) as env:
-                env.reset(body.idx)
-                return {"observation": env.tree, "sites": env.config["sites"], "object": env.config["intent"]}
-        answered = answer(handle)
+        def work(env):
+            env.reset(body.idx)
+            return {"observation": env.tree, "sites": env.config["sites"], "object": env.config["intent"]}
+        answered = on_env(pool, body.env_idx, work)
         if "error" in answered:
             return {"observation": "TimeoutError", "sites": "Error", "object": "Error", "error": answered["error"]}
         return answered
 
     @app.post("/step")
     def step(body: EnvIdxStepBody):
-        def handle():
-            with pool.use(body.env_idx) as env:
-                if env.phase != "running":
-                    raise EnvStateError(f"The environment {body.env_idx} is not running; POST /reset first.")
-                result = env.act(body.action)
+        def work(env):
+            if env.phase != "running":
+                raise EnvStateError(f"The environment {body.env_idx} is not running; POST /reset first.")
+            result = env.act(body.action)
             if not result.done:  # WebArena's per-step reward: 1.0 when the action executed (clients ignore it)
                 reward = float(result.info["valid"])
             else:
@@ -49,7 +47,7 @@ def webarena_routes(app, pool, cls) -> None:
             info = {"fail_error": result.info["fail_error"], "url": result.info.get("url", "")}
             return {"observation": result.observation, "reward": reward, "terminated": result.done,
                     "truncated": False, "info": info if "url" in result.info else None}
-        answered = answer(handle)
+        answered = on_env(pool, body.env_idx, work)
         if "error" in answered:
             return {"observation": answered["error"], "reward": 0, "terminated": False, "truncated": False,
                     "info": None, "error": answered["error"]}
@@ -57,17 +55,11 @@ def webarena_routes(app, pool, cls) -> None:
 
     @app.get("/observation")
     def observation(env_idx: int):
-        def handle():
-            with pool.use(env_idx) as env:
-                return env.observe()
-        return answer(handle)
+        return on_env(pool, env_idx, lambda env: env.observe())
 
     @app.get("/observation_metadata")
     def observation_metadata(env_idx: int):
-        def handle():
-            with pool.use(env_idx) as env:
-                return env.metadata()
-        return answer(handle)
+        return on_env(pool, env_idx, lambda env: env.metadata())
 
     @app.post("/close")
     def close(body: EnvIdxBody):
