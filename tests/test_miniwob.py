@@ -1,7 +1,7 @@
 """MiniWoB++ on real Chromium (Debian's chromium + chromedriver through selenium), WebArena-style text.
 
-Each test env starts one headless browser (~2-3 s); the module shares one env where it can. The sweep of the
-expert over every task it covers (~5 min) runs only with AGENTGYM_NB_SLOW=1.
+Each test env starts one headless browser; the module shares one env where it can. The sweep of the expert over
+every task it covers is slow and runs only with AGENTGYM_NB_SLOW=1.
 """
 import json
 import os
