@@ -80,7 +80,7 @@ def reply(action: str) -> str:
 
 def main() -> None:
     from agentgym_nb.envs import item_ids, make, web, webarena
-    from agentgym_nb.envs.web.tasks import TASKS, expert_replies
+    from agentgym_nb.envs.web.tasks import TASKS
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--episodes", type=int, default=1000)
@@ -93,8 +93,8 @@ def main() -> None:
 
     # 1. speed
     items = item_ids("webarena", "train")[:args.tasks]
-    replies = {item: expert_replies(item) for item in items}
     env = make("webarena")
+    replies = {item: env.expert(item) for item in items}
     env.reset(items[0])  # warm: browser, sites, context
     step_times, reset_times, rewards = [], [], []
     for item in items:
@@ -181,6 +181,7 @@ def main() -> None:
 def expert_check() -> None:
     from agentgym_nb.envs import make
     from agentgym_nb.envs.web import tasks
+    from agentgym_nb.envs.webarena.expert import play
 
     env, t0 = make("webarena"), time.perf_counter()
     rows, failures = [], []
@@ -192,7 +193,7 @@ def expert_check() -> None:
             if kind != "string_match":  # an empty answer cannot pass string_match; the start page might pass these
                 env.reset(item)
                 row["noop_reward"] = env.step(reply("stop []")).reward
-            row["actions"] = len(tasks.play(env, item))  # RuntimeError unless the plan earns reward 1
+            row["actions"] = len(play(env, item))  # RuntimeError unless the plan earns reward 1
             if kind == "string_match":
                 answers = config["eval"]["reference_answers"]
                 wanted = answers.get("must_include") or [answers.get("exact_match")]

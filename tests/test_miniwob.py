@@ -1,7 +1,7 @@
 """MiniWoB++ on real Chromium (Debian's chromium + chromedriver through selenium), WebArena-style text.
 
-Each test env starts one headless browser (~2-3 s); the module shares one env where it can. The sweep of the
-expert over every task it covers (~5 min) runs only with AGENTGYM_NB_SLOW=1.
+Each test env starts one headless browser; the module shares one env where it can. The sweep of the expert over
+every task it covers is slow and runs only with AGENTGYM_NB_SLOW=1.
 """
 import json
 import os
@@ -15,8 +15,8 @@ import requests
 from agentgym_nb import envs
 from agentgym_nb.envs import EnvError, EnvStateError, make
 from agentgym_nb.envs.http import make_app
-from agentgym_nb.envs.miniwob import (EXCLUDED, EXPERT_TASKS, INSTRUCTION, NO_BACKTICKS, TASKS, TEST_TASKS, MiniWoB,
-                                      task_and_seed)
+from agentgym_nb.envs.miniwob import EXCLUDED, EXPERT_TASKS, INSTRUCTION, TASKS, TEST_TASKS, MiniWoB, task_and_seed
+from agentgym_nb.envs.webarena.grammar import NO_BACKTICKS
 from conftest import loopback_server
 
 pytestmark = [pytest.mark.timeout(120),

@@ -108,7 +108,7 @@ def test_game_list_is_agentgyms():
             game(bad)
     assert SciWorld.category(None, 121) == "use-thermometer"
     assert SciWorld.category(None, 4638) == "identify-life-stages-2"
-    assert SciWorld.success(None, 100) and not SciWorld.success(None, 99) and not SciWorld.success(None, -100)
+    assert SciWorld.success(SciWorld, 100) and not SciWorld.success(SciWorld, 99) and not SciWorld.success(SciWorld, -100)
 
 
 def test_parse_action_is_agentgyms():

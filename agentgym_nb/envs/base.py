@@ -119,6 +119,7 @@ class Env(abc.ABC):
     name: str
     title: str  # AgentGym's display name ("This is environment BabyAI.")
     task_instruction: str  # AgentGym's conversation_start[0], verbatim
+    acknowledgement: str = ACKNOWLEDGEMENT  # ... and conversation_start[1]
     # Wire formats that differ from BabyAI's (see envs/http.py): a function (app, pool, cls) adding the server's
     # endpoints, and the HTTPEnv subclass that speaks to such a server.
     http_routes = None
@@ -138,7 +139,7 @@ class Env(abc.ABC):
     @property
     def instruction(self) -> list[dict]:
         """The two opening turns every conversation starts with (instruction + acknowledgement)."""
-        return [{"role": "user", "content": self.task_instruction}, {"role": "assistant", "content": ACKNOWLEDGEMENT}]
+        return [{"role": "user", "content": self.task_instruction}, {"role": "assistant", "content": self.acknowledgement}]
 
     @abc.abstractmethod
     def reset(self, item_id: int) -> str:

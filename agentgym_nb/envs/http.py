@@ -2,9 +2,9 @@
 
 Every AgentGym server has the same life cycle (/create, /reset, /step, /observation, /close) but each env spells its
 fields a little differently (`id` or `env_idx`, what /create and /reset return, extra endpoints). The shared parts
-live here: `EnvPool` (envs by id), `answer` (AgentGym's 200 {"error"} convention), `make_app`, and `HTTPEnv`, the
-client. An env whose wire format differs from BabyAI's sets `http_routes` (a function adding its endpoints to the
-app) and `http_client` (an HTTPEnv subclass) on its Env class, next to the env itself.
+live here: the request bodies, `EnvPool` (envs by id), `answer` (how a failure is answered), `make_app`, and
+`HTTPEnv`, the client. An env whose wire format differs from BabyAI's sets `http_routes` (a function adding its
+endpoints to the app) and `http_client` (an HTTPEnv subclass) on its Env class, next to the env itself.
 
 Default routes (BabyAI's wire format, `id_routes`):
     GET  /                      -> "This is environment BabyAI."
@@ -13,34 +13,61 @@ Default routes (BabyAI's wire format, `id_routes`):
     POST /step {id, action}     -> {"observation", "reward", "score", "done"}
     GET  /observation?id=       -> {"observation", "reward", "score", "done", "deleted"}
     POST /close {id}            -> true / false
-Failures answer HTTP 200 {"error": "..."} as AgentGym's servers do (a missing field is FastAPI's 422).
+A failure is answered {"error": "<message>"}, at HTTP 200 as AgentGym's BabyAI, TextCraft and SciWorld servers
+answer it (SearchQA's server gives it an error status instead; a missing field is FastAPI's 422).
 Client: `HTTPEnv`, an Env that speaks this protocol to our server or to AgentGym's own.
 """
 from __future__ import annotations
 
 import contextlib
+import json
+import signal
+import socket
+import subprocess
+import sys
 import threading
+import time
 from dataclasses import dataclass, field
 
 import requests
+import uvicorn
 from fastapi import FastAPI
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
+from . import env_class, make
 from .base import Env, EnvError, EnvStateError, Step, check_item_id
 
 
-class ResetBody(BaseModel):
-    id: int
-    data_idx: int
-
-
-class StepBody(BaseModel):
-    id: int
-    action: str
-
+# Request bodies, one model per shape. BabyAI, TextCraft and SciWorld name the env `id`; SearchQA and WebArena name
+# it `env_idx` (SearchQA's `id` is an item id). A body only one env's server takes extends these next to its routes.
 
 class IdBody(BaseModel):
     id: int
+
+
+class ResetBody(IdBody):
+    data_idx: int
+
+
+class StepBody(IdBody):
+    action: str
+
+
+class EnvIdxBody(BaseModel):
+    env_idx: int
+
+
+class EnvIdxStepBody(EnvIdxBody):
+    action: str
+
+
+class UnknownEnv(ValueError):
+    """No env has this id (never created, or closed); AgentGym's wording."""
+
+    def __init__(self, env_id: int):
+        super().__init__(f"The id {env_id} is not valid.")
+        self.env_id = env_id
 
 
 @dataclass
@@ -67,14 +94,14 @@ class EnvPool:
 
     @contextlib.contextmanager
     def use(self, env_id: int):
-        """Hold env `env_id` for one request; ValueError (AgentGym's wording) if it does not exist (any more)."""
+        """Hold env `env_id` for one request; UnknownEnv if it does not exist (any more)."""
         with self._lock:
             slot = self.slots.get(env_id)
         if slot is None:
-            raise ValueError(f"The id {env_id} is not valid.")
+            raise UnknownEnv(env_id)
         with slot.lock:
             if self.slots.get(env_id) is not slot:  # closed while we waited
-                raise ValueError(f"The id {env_id} is not valid.")
+                raise UnknownEnv(env_id)
             yield slot.env
 
     def close(self, env_id: int) -> bool:
@@ -88,12 +115,28 @@ class EnvPool:
         return True
 
 
-def answer(handler):
-    """Run a request handler; any exception becomes AgentGym's 200 {"error": message}."""
+def answer(handler, failure=None):
+    """Run a request handler; a failure is answered {"error": message}. By default at HTTP 200 with the exception's
+    message, as AgentGym's BabyAI, TextCraft and SciWorld servers answer; `failure(error) -> (status, message)`
+    gives another status and wording (SearchQA, whose AgentGym server answers failures with an HTTP error)."""
     try:
         return handler()
     except Exception as error:  # noqa: BLE001  (the protocol reports every failure the same way)
-        return {"error": str(error) or error.__class__.__name__}
+        status, message = failure(error) if failure else (200, str(error) or error.__class__.__name__)
+        return error_answer(message, status)
+
+
+def error_answer(message: str, status: int = 200):
+    """The answer to a failure: {"error": message}, at HTTP `status`."""
+    return {"error": message} if status == 200 else JSONResponse({"error": message}, status_code=status)
+
+
+def on_env(pool: EnvPool, env_id: int, work, failure=None):
+    """Answer a request with `work(env)` on env `env_id`, held for the request; failures as `answer` does."""
+    def handle():
+        with pool.use(env_id) as env:
+            return work(env)
+    return answer(handle, failure)
 
 
 def running(env: Env, env_id: int) -> Env:
@@ -107,8 +150,6 @@ def running(env: Env, env_id: int) -> Env:
 
 def make_app(name: str, **kw) -> FastAPI:
     """The FastAPI app serving env `name` (built with `make(name, **kw)`) over AgentGym's protocol."""
-    from . import env_class, make
-
     cls = env_class(name)
     pool = EnvPool(lambda: make(name, **kw))
     app = FastAPI(title=f"agentgym-nb {name}")
@@ -130,34 +171,31 @@ def id_routes(app: FastAPI, pool: EnvPool, cls: type[Env]) -> None:
 
     @app.post("/reset")
     def reset(body: ResetBody):
-        def handle():
-            with pool.use(body.id) as env:
-                observation = env.reset(body.data_idx)
-                return {"observation": observation, "reward": env.reward, "score": env.score, "deleted": False,
-                        "done": env.phase == "over"}
-        return answer(handle)
+        def work(env):
+            observation = env.reset(body.data_idx)
+            return {"observation": observation, "reward": env.reward, "score": env.score, "deleted": False,
+                    "done": env.phase == "over"}
+        return on_env(pool, body.id, work)
 
     @app.post("/step")
     def step(body: StepBody):
         # AgentGym's clients post the extracted action; a whole reply ("...Action: ...") is extracted here.
-        def handle():
-            with pool.use(body.id) as env:
-                running(env, body.id)
-                result = env.step(body.action) if "Action:" in body.action else env.act(body.action)
-                return {"observation": result.observation, "reward": result.info.get("reward", 0.0),
-                        "score": result.info["score"], "done": result.done}
-        return answer(handle)
+        def work(env):
+            running(env, body.id)
+            result = env.step(body.action) if "Action:" in body.action else env.act(body.action)
+            return {"observation": result.observation, "reward": result.info.get("reward", 0.0),
+                    "score": result.info["score"], "done": result.done}
+        return on_env(pool, body.id, work)
 
     @app.get("/observation")
     def observation(id: int):  # noqa: A002  (AgentGym's query parameter name)
-        def handle():
-            with pool.use(id) as env:
-                if env.phase == "new":
-                    return {"observation": "Environment not initialized", "reward": 0, "score": 0, "done": False,
-                            "deleted": False}
-                return {"observation": env.observe(), "reward": env.reward, "score": env.score,
-                        "done": env.phase == "over", "deleted": False}
-        return answer(handle)
+        def work(env):
+            if env.phase == "new":
+                return {"observation": "Environment not initialized", "reward": 0, "score": 0, "done": False,
+                        "deleted": False}
+            return {"observation": env.observe(), "reward": env.reward, "score": env.score,
+                    "done": env.phase == "over", "deleted": False}
+        return on_env(pool, id, work)
 
     @app.post("/close")
     def close(body: IdBody):
@@ -169,8 +207,6 @@ def free_ports(count: int = 1, host: str = "127.0.0.1") -> int:
 
     Asks the OS for a free port rather than trusting a fixed one: fixed ports such as 36002 sit inside Linux's
     ephemeral range (32768-60999), so any outgoing connection on the machine may hold them at the wrong moment."""
-    import socket
-
     for _ in range(100):
         with socket.socket() as s:
             s.bind((host, 0))
@@ -187,8 +223,6 @@ def free_ports(count: int = 1, host: str = "127.0.0.1") -> int:
 
 def serve(name: str, host: str = "127.0.0.1", port: int = 36002, **kw) -> None:
     """Serve env `name` over HTTP until interrupted (one process: the envs live in its memory)."""
-    import uvicorn
-
     uvicorn.run(make_app(name, **kw), host=host, port=port, access_log=False)
 
 
@@ -199,12 +233,6 @@ def serve_workers(name: str, host: str = "127.0.0.1", port: int = 36002, workers
     (Not uvicorn's --workers, which shares one port between processes and would route an id to a process that does
     not hold it.) Several processes use several cores: one Python process steps its envs one at a time (the GIL).
     `kw` (the env's constructor options) reach every process as `--set key=<JSON>` (paths as text)."""
-    import json
-    import signal
-    import subprocess
-    import sys
-    import time
-
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))   # so `finally` stops the workers on a plain kill
@@ -243,10 +271,9 @@ class HTTPEnv(Env):
     """
 
     def __init__(self, name: str, url: str, timeout: float = 30.0):
-        from . import env_class
-
         self.spec = env_class(name)
         self.name, self.task_instruction = name, self.spec.task_instruction
+        self.acknowledgement = self.spec.acknowledgement
         self.success_score = self.spec.success_score
         self.url, self.timeout = url.rstrip("/"), timeout
         self.session = requests.Session()

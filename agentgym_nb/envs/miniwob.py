@@ -34,14 +34,20 @@ import re
 import shutil
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+import psutil
 from miniwob.constants import WEBDRIVER_SPECIAL_KEYS
 from miniwob.dom import DOMElement
 from miniwob.selenium_actions import execute_press_key, execute_type_text
 from miniwob.selenium_instance import DEFAULT_BASE_URL
+from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
+from selenium.webdriver.chrome.service import Service
 
 from .base import Env, EnvError, Episodes, InvalidAction, Step, Track, check_item_id
+from .webarena.grammar import (TEMPLATE, Action, ActionParsingError, action_kind, extract_action, no_element,
+                               parse_action, reply, require_block)
 
 # Tasks solvable from the text observation with click/type/press on element ids, in a fixed (alphabetical) order.
 TASKS = (
@@ -134,10 +140,9 @@ INSTRUCTION = (
     "[5]. In summary, the next action I will perform is ```type [5] [Agustina]```\".\n"
     "6. The page can change after every action: always use the ids of the current observation."
 )
-NO_BACKTICKS = ("Cannot parse action from response. Your action should be inside triple backticks (```). "
-                "Please adjust accordingly.")
 URL_ROOT = "http://localhost:8000/miniwob/"  # where MiniWoB's own `http-serve` puts the tasks
 WEBARENA_ONLY = ("hover", "scroll", "goto", "new_tab", "go_back", "go_forward", "tab_focus", "close_tab")
+TYPE_WITH_FLAG = re.compile(r"type ?\[\d+\] ?\[.*\] ?\[[01]\]", re.DOTALL)
 CHROMIUM_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--no-first-run", "--window-size=500,400")
@@ -283,20 +288,11 @@ def read_page(task: str, utterance, dom: dict) -> Page:
 
 def observation_text(page: Page, previous: str) -> str:
     """WebArena's observation template (agent/prompts/raw/p_cot_id_actree_2s.py)."""
-    return (f"OBSERVATION:\n{page.tree()}\nURL: {URL_ROOT}{page.task}.html\nOBJECTIVE: {page.utterance}\n"
-            f"PREVIOUS ACTION: {previous}")
+    return TEMPLATE.format(observation=page.tree(), url=f"{URL_ROOT}{page.task}.html", objective=page.utterance,
+                           previous_action=previous)
 
 
 # ---------------------------------------------------------------- actions: WebArena's grammar, MiniWoB's subset
-def extract_action(text: str) -> str:
-    """WebArena's extraction: the inside of the first ```...``` block, stripped (a leading "```\\n" fence word such
-    as "```text" is not special). No block -> InvalidAction with WebArena's client message."""
-    match = re.search(r"```((.|\n)*?)```", text)
-    if match is None:
-        raise InvalidAction(NO_BACKTICKS)
-    return match.group(1).strip()
-
-
 def key_name(key_comb: str) -> str:
     """A Playwright-style key combination ("Enter", "Ctrl+a", "Shift+Tab") in MiniWoB's syntax ("<Enter>", "C-a",
     "S-<Tab>"); ValueError naming the valid keys otherwise."""
@@ -316,44 +312,33 @@ def key_name(key_comb: str) -> str:
                      "Space, ArrowUp, ArrowDown, ArrowLeft, ArrowRight, Home, End, PageUp, PageDown, ...)")
 
 
-@dataclass
-class Command:
-    kind: str  # click | type | press | stop
-    ref: int = 0
-    text: str = ""
-    enter: bool = False
-
-
-def parse_command(action: str) -> Command:
-    """One action string -> Command; ValueError with the agent-facing message when it is not valid grammar."""
-    kind = action.split(" ", 1)[0].split("[", 1)[0].strip().lower()
-    if kind == "click":
-        match = re.fullmatch(r"click ?\[(\d+)\]", action)
-        if match:
-            return Command("click", int(match.group(1)))
-    elif kind == "type":
-        match = (re.fullmatch(r"type ?\[(\d+)\] ?\[(.*)\] ?\[([01])\]", action, re.DOTALL)
-                 or re.fullmatch(r"type ?\[(\d+)\] ?\[(.*)\]", action, re.DOTALL))
-        if match:
-            enter = len(match.groups()) == 3 and match.group(3) == "1"
-            return Command("type", int(match.group(1)), match.group(2), enter)
-    elif kind == "press":
-        match = re.fullmatch(r"press ?\[(.+)\]", action)
-        if match:
-            try:
-                return Command("press", text=key_name(match.group(1)))
-            except ValueError as bad:
-                raise ValueError(f"Invalid press action {action}: {bad}") from None
-    elif kind == "stop":
-        if re.fullmatch(r"stop( ?\[.*\])?", action, re.DOTALL):
-            return Command("stop")
-    elif kind in WEBARENA_ONLY:
+def parse_miniwob_action(action: str) -> Action:
+    """One action string in WebArena's grammar, of the actions MiniWoB pages take: click, type (Enter only with the
+    flag 1), press (the keys in MiniWoB's syntax) and stop; ValueError with the agent-facing message otherwise.
+    A type without its flag gets [0]: WebArena would press Enter, and would read a text of 0 or 1 as the flag."""
+    kind = action_kind(action)
+    if kind in WEBARENA_ONLY:
         raise ValueError(f"Invalid action {action}: {kind} is not available on MiniWoB pages; use click [id], "
                          "type [id] [content] [0|1], press [key_comb] or stop [answer].")
-    else:
+    if kind not in ("click", "type", "press", "stop"):
         raise ValueError(f"Invalid action {action}: valid actions are click [id], type [id] [content] [0|1], "
                          "press [key_comb] and stop [answer].")
-    raise ValueError(f"Invalid {kind} action {action}")
+    flagged = action + " [0]" if kind == "type" and not TYPE_WITH_FLAG.fullmatch(action) else action
+    try:
+        command = parse_action(flagged)
+    except ActionParsingError:
+        raise ActionParsingError(f"Invalid {kind} action {action}") from None  # as written, without the added flag
+    if command.kind == "press":
+        try:
+            return replace(command, text=key_name(command.text))
+        except ValueError as bad:
+            raise ValueError(f"Invalid press action {action}: {bad}") from None
+    return command
+
+
+def target_ref(command: Action) -> int:
+    """The MiniWoB element ref a click or type acts on."""
+    return int(command.element_id)
 
 
 # ---------------------------------------------------------------- the env
@@ -447,9 +432,6 @@ class MiniWoB(Env):
 
     # -- browser
     def _start_browser(self):
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-
         binary = os.environ.get("MINIWOB_CHROME_BINARY") or shutil.which("chromium") or "/usr/bin/chromium"
         driver_path = os.environ.get("MINIWOB_CHROMEDRIVER") or shutil.which("chromedriver") or "/usr/bin/chromedriver"
         for path in (binary, driver_path):
@@ -475,8 +457,6 @@ class MiniWoB(Env):
     def _track(self, service) -> None:
         """Remember chromedriver and the browser it started: if chromedriver dies first, the browser's own
         processes are still found (through its main process) and killed."""
-        import psutil
-
         if service.process is None:
             return
         try:
@@ -487,8 +467,6 @@ class MiniWoB(Env):
 
     def browser_processes(self) -> list:
         """The live processes of this env's browser (chromedriver, chromium and chromium's children)."""
-        import psutil
-
         found = {}
         for root in self._processes:
             try:
@@ -501,8 +479,6 @@ class MiniWoB(Env):
 
     def _kill_browser(self) -> None:
         """Quit the browser, then kill whatever of chromedriver and chromium survived, and reap them."""
-        import psutil
-
         processes = self.browser_processes()
         if self.driver is not None:
             try:
@@ -520,8 +496,6 @@ class MiniWoB(Env):
     def _browser(self, what: str, fn):
         """Run `fn(driver)`. A browser failure, or a page that does not load, kills the browser and fails the
         episode with EnvError; the next reset starts a fresh browser."""
-        from selenium.common.exceptions import WebDriverException
-
         try:
             return fn(self.driver)
         except (WebDriverException, EnvError) as error:
@@ -564,8 +538,7 @@ class MiniWoB(Env):
     def parse_action(self, text: str) -> str:
         """AgentGym's WebArena client check: the reply must hold a ```...``` block; the whole reply goes on to
         act() (and over HTTP, to the server), which takes the action out of it."""
-        extract_action(text)
-        return text
+        return require_block(text)
 
     def act(self, action: str) -> Step:
         """Apply a reply's first ``` block (or a bare action string). Bad grammar is answered with the error
@@ -573,15 +546,14 @@ class MiniWoB(Env):
         previous action. Both cost the turn and change nothing."""
         self.check_running()
         try:
-            action = extract_action(action) if "```" in action else action.strip()
-            command = parse_command(action)
+            action = extract_action(require_block(action)) if "```" in action else action.strip()
+            command = parse_miniwob_action(action)
         except (InvalidAction, ValueError) as bad:
             message = bad.observation if isinstance(bad, InvalidAction) else str(bad)
             return Step(message, self.score, False, {"score": self.score, "reward": 0.0, "action": action,
                                                      "valid": False})
-        if command.kind in ("click", "type") and command.ref not in self.page.refs:
-            self.previous = (f'Attempt to perfom "{command.kind}" on element "[{command.ref}]" but no matching '
-                             "element found. Please check the observation more carefully.")  # WebArena's words
+        if command.kind in ("click", "type") and target_ref(command) not in self.page.refs:
+            self.previous = no_element(command.kind, target_ref(command))
             self.last = observation_text(self.page, self.previous)
             return Step(self.last, self.score, False, {"score": self.score, "reward": 0.0, "action": action,
                                                        "valid": False})
@@ -601,28 +573,29 @@ class MiniWoB(Env):
             info["reason"] = reason
         return Step(self.last, self.score, bool(done), info)
 
-    def _execute(self, driver, command: Command) -> None:
+    def _execute(self, driver, command: Action) -> None:
         if command.kind == "stop":
             driver.execute_script("core.endEpisode(-1, false, 'stopped');")
             return
         if command.kind in ("click", "type"):
-            driver.execute_script(CLICK_JS, command.ref)
+            driver.execute_script(CLICK_JS, target_ref(command))
         if command.kind == "type":
-            execute_type_text(command.text, driver)
-            if command.enter:
+            execute_type_text(command.text.removesuffix("\n"), driver)
+            if command.text.endswith("\n"):  # the grammar's mark of the [1] flag
                 execute_press_key("<Enter>", driver)
         if command.kind == "press":
             execute_press_key(command.text, driver)
         settle(driver)
 
-    def _describe(self, command: Command, action: str) -> str:
+    def _describe(self, command: Action, action: str) -> str:
         """WebArena's action2str for id-based actions."""
-        where = f" where [{command.ref}] is {self.page.refs.get(command.ref, '')}"
+        if command.kind not in ("click", "type"):
+            return action
+        ref = target_ref(command)
+        where = f" where [{ref}] is {self.page.refs.get(ref, '')}"
         if command.kind == "click":
-            return f"click [{command.ref}]{where}"
-        if command.kind == "type":
-            return f"type [{command.ref}] [{command.text}]{where}"
-        return action
+            return f"click [{ref}]{where}"
+        return f"type [{ref}] [{command.text.removesuffix(chr(10))}]{where}"
 
     def expert(self, item_id: int) -> list[str]:
         """Replies that solve `item_id`: a scripted solver per task (EXPERT_TASKS) reads each observation (what
@@ -643,7 +616,7 @@ class MiniWoB(Env):
                 thought, action = SOLVERS[task](env.page, memory)
             except ExpertStuck:
                 break
-            replies.append(expert_reply(thought, action))
+            replies.append(reply(thought, action))
             if env.step(replies[-1]).done:
                 break
         return replies
@@ -654,10 +627,6 @@ class MiniWoB(Env):
             self._expert_env = None
         self._kill_browser()
         super().close()
-
-
-def expert_reply(thought: str, action: str) -> str:
-    return f"Let's think step-by-step. {thought} In summary, the next action I will perform is ```{action}```"
 
 
 # ---------------------------------------------------------------- the expert: one scripted solver per task

@@ -40,12 +40,13 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 import numpy as np
-from pydantic import BaseModel
+import Stemmer
+from fastapi.exceptions import RequestValidationError
 
 from ..paths import default_outputs_dir
 from . import searchqa_corpus
 from .base import ActionTooLong, Env, EnvStateError, Episodes, Step, Track, check_action_length, check_item_id
-from .http import HTTPEnv
+from .http import EnvIdxBody, EnvIdxStepBody, HTTPEnv, IdBody, UnknownEnv, answer, error_answer, on_env
 from .searchqa_corpus import normalize_answer
 
 # AgentGym's SearchQAEnvClient.conversation_start, verbatim
@@ -124,14 +125,12 @@ class BM25:
     """bm25s's Lucene BM25 (k1 1.5, b 0.75) over Snowball-stemmed English tokens, stopwords removed."""
 
     def __init__(self, model):
-        import Stemmer
         self.model, self.stemmer = model, Stemmer.Stemmer("english")
         self._lock = threading.Lock()  # the stemmer is not thread-safe
 
     @classmethod
     def build(cls, texts: list[str]) -> "BM25":
-        import bm25s
-        import Stemmer
+        import bm25s  # heavy: loaded only where an index is built, loaded or searched
         model = bm25s.BM25()
         tokens = bm25s.tokenize(texts, stopwords="en", stemmer=Stemmer.Stemmer("english"), show_progress=False)
         model.index(tokens, show_progress=False)
@@ -139,19 +138,19 @@ class BM25:
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> "BM25":
-        import bm25s
+        import bm25s  # heavy: loaded only where an index is built, loaded or searched
         return cls(bm25s.BM25.load(str(directory), mmap=True, show_progress=False))
 
     def save(self, directory: str | os.PathLike) -> None:
         self.model.save(str(directory), show_progress=False)
 
     def search(self, query: str, k: int) -> list[int]:
-        import bm25s
+        import bm25s  # heavy: loaded only where an index is built, loaded or searched
         with self._lock:
             tokens = bm25s.tokenize([query], stopwords="en", stemmer=self.stemmer, return_ids=False,
                                     show_progress=False)
             scores = self.model.get_scores(tokens[0]) if tokens[0] else np.zeros(1, dtype=np.float32)
-        # bm25s's own top-k (argpartition) takes ~15 ms on mostly-zero scores; only matching passages can win
+        # bm25s's own top-k (argpartition) is slow on mostly-zero scores; only matching passages can win
         matching = np.flatnonzero(scores > 0)
         return [int(r) for r in matching[np.argsort(-scores[matching], kind="stable")[:k]]]  # ties: lower row
 
@@ -236,7 +235,7 @@ def read_questions(path: str | os.PathLike) -> list[Item]:
     (the folder name for FlashRAG's `<dataset>/<split>.jsonl`, else the file name)."""
     path = Path(path)
     if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # heavy: loaded only for parquet question files
         names = pq.read_schema(path).names
         if "golden_answers" in names:
             names = [n for n in names if n != "reward_model"]  # nested and slow to read; not needed then
@@ -327,6 +326,7 @@ class SearchQA(Env):
 
     name, title = "searchqa", "SearchQA"
     task_instruction = INSTRUCTION
+    acknowledgement = ACKNOWLEDGEMENT
     tracks = {"all": Track("every question", None, Episodes(rounds=(3, 4, 5), max_tokens=80, max_total_tokens=2048),
                            # a clone must copy entity names: word-level tokens and more episodes than it can memorise
                            nano=dict(tokenizer="words", demos=2400, bc_max_steps=800, check_every=100))}
@@ -337,10 +337,6 @@ class SearchQA(Env):
         self.library = load_library(corpus, test, train)
         self.retriever = retriever or self.library.bm25
         self.item: Item | None = None
-
-    @property
-    def instruction(self) -> list[dict]:
-        return [{"role": "user", "content": INSTRUCTION}, {"role": "assistant", "content": ACKNOWLEDGEMENT}]
 
     def reset(self, item_id: int) -> str:
         self.check_open()
@@ -408,22 +404,8 @@ class SearchQA(Env):
 
 # ---------------------------------------------------------------- HTTP: AgentGym's SearchQA wire format
 
-class CreateBody(BaseModel):
-    id: int
-
-
-class ResetBody(BaseModel):
-    env_idx: int
-    id: int  # AgentGym: Optional, but a missing or null id fails there too (HTTP 500)
-
-
-class StepBody(BaseModel):
-    env_idx: int
-    action: str
-
-
-class CloseBody(BaseModel):
-    env_idx: int
+class SearchQAResetBody(EnvIdxBody):
+    id: int  # the item. AgentGym: Optional, but a missing or null id fails there too (HTTP 500)
 
 
 def searchqa_routes(app, pool, cls) -> None:
@@ -438,18 +420,12 @@ def searchqa_routes(app, pool, cls) -> None:
     with a bare HTTP 500, answer {"error": "<what was wrong and what is valid>"}: 404 unknown env_idx, 413 action too
     long, 422 malformed JSON, missing/null/mistyped fields or item ids out of range, 500 anything else.
     """
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse
-
     probe = pool.factory()  # loads (or builds) the corpus and index now, not on the first request
     n, n_test = len(probe.library.items), probe.library.n_test
     item_range = f"item ids are 0..{n - 1} (0..{n_test - 1} test, {n_test}..{n - 1} train)"
     expected = {"/create": '{"id": <item id>}', "/reset": '{"env_idx": <int from /create>, "id": <item id>}',
                 "/step": '{"env_idx": <int from /create>, "action": "<the whole model reply>"}',
                 "/close": '{"env_idx": <int from /create>}', "/observation": "?env_idx=<int from /create>"}
-
-    def error(status: int, message: str):
-        return JSONResponse({"error": message}, status_code=status)
 
     async def bad_request(request, exc: RequestValidationError):
         problems = []
@@ -462,48 +438,41 @@ def searchqa_routes(app, pool, cls) -> None:
             else:
                 problems.append(f"field {field or 'body'!r}: {e['msg']}, got {repr(e.get('input'))[:80]}")
         path = request.url.path
-        return error(422, f"{request.method} {path}: {'; '.join(problems)}. Expected {expected.get(path, 'no body')}; "
-                          f"{item_range}.")
+        return error_answer(f"{request.method} {path}: {'; '.join(problems)}. Expected "
+                            f"{expected.get(path, 'no body')}; {item_range}.", 422)
 
     app.add_exception_handler(RequestValidationError, bad_request)
 
-    def handle(env_idx: int | None, work):
-        """Run `work(env)` on env `env_idx` (or `work()` without one), turning failures into clear errors."""
-        try:
-            if env_idx is None:
-                return work()
-            if env_idx not in pool.slots:
-                return error(404, f"env_idx {env_idx} does not exist (never created, or closed); POST /create "
-                                  '{"id": <item id>} returns a new one')
-            with pool.use(env_idx) as env:
-                return work(env)
-        except ActionTooLong as e:
-            return error(413, str(e))
-        except ValueError as e:
-            return error(422, f"{e}; {item_range}" if "item" in str(e) else str(e))
-        except Exception as e:  # noqa: BLE001  (reported to the client, the server keeps serving)
-            return error(500, f"{e.__class__.__name__}: {e}")
+    def failure(error: Exception) -> tuple[int, str]:
+        if isinstance(error, UnknownEnv):
+            return 404, (f"env_idx {error.env_id} does not exist (never created, or closed); POST /create "
+                         '{"id": <item id>} returns a new one')
+        if isinstance(error, ActionTooLong):
+            return 413, str(error)
+        if isinstance(error, ValueError):
+            return 422, f"{error}; {item_range}" if "item" in str(error) else str(error)
+        return 500, f"{error.__class__.__name__}: {error}"
 
     @app.get("/")
     def hello():
         return "ok"
 
     @app.post("/create")
-    def create(body: CreateBody):
-        def work():
+    def create(body: IdBody):  # the item's id
+        def handle():
             probe.library.item(body.id)  # validate before creating anything
             env_idx = pool.create()
             with pool.use(env_idx) as env:
                 env.reset(body.id)
             return env_idx
-        return handle(None, work)
+        return answer(handle, failure)
 
     @app.post("/reset")
-    def reset(body: ResetBody):
-        return handle(body.env_idx, lambda env: env.reset(body.id))
+    def reset(body: SearchQAResetBody):
+        return on_env(pool, body.env_idx, lambda env: env.reset(body.id), failure)
 
     @app.post("/step")
-    def step(body: StepBody):
+    def step(body: EnvIdxStepBody):
         def work(env):
             if env.phase == "over":  # AgentGym keeps answering after done, without changing the episode
                 observation, reward, done, _ = env.respond(body.action)
@@ -511,22 +480,20 @@ def searchqa_routes(app, pool, cls) -> None:
                 result = env.act(body.action)
                 observation, reward, done = result.observation, result.reward, result.done
             return {"observation": observation, "reward": reward, "done": done, "info": None}
-        return handle(body.env_idx, work)
+        return on_env(pool, body.env_idx, work, failure)
 
     @app.get("/observation")
     def observation(env_idx: int):
-        return handle(env_idx, lambda env: env.observe())
+        return on_env(pool, env_idx, lambda env: env.observe(), failure)
 
     @app.post("/close")
-    def close(body: CloseBody):
+    def close(body: EnvIdxBody):
         return pool.close(body.env_idx)
 
 
 class SearchQAHTTPEnv(HTTPEnv):
     """Our client for SearchQA servers (ours or AgentGym's): `env_idx` in bodies and queries, the whole reply
     posted to /step, the step's own reward reported (as AgentGym's SearchQAEnvClient does)."""
-
-    instruction = SearchQA.instruction
 
     def _create(self) -> int:
         return self._call("POST", "create", {"id": 0})  # AgentGym's client creates with item 0, then resets

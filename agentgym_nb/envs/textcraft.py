@@ -42,11 +42,12 @@ import random
 import re
 from dataclasses import dataclass, field
 
+import minecraft_data
 from fastapi import FastAPI
 from pydantic import BaseModel
 
 from .base import Env, Episodes, InvalidAction, Levels, Step, Track, check_action_length, check_item_id, react_action
-from .http import EnvPool, HTTPEnv, answer
+from .http import EnvPool, HTTPEnv, IdBody, ResetBody, StepBody, answer, on_env
 
 INSTRUCTION = (
     'You are given few useful crafting recipes to craft items in Minecraft. Crafting commands are of the format '
@@ -284,8 +285,6 @@ def _ingredients(cells: tuple) -> tuple[Ingredient, ...]:
 @functools.lru_cache(maxsize=1)
 def crafting_tree() -> CraftingTree:
     """The crafting tree of Minecraft 1.16.5, built once per process (see the module docstring)."""
-    import minecraft_data
-
     variants = _variants(minecraft_data(VERSION))
     tree = CraftingTree(recipes={}, tag_recipes={}, items=set(), tags=set(), item_tag={})
     dependencies: dict[str, set[str]] = {}
@@ -402,23 +401,13 @@ def succeeded(observation: str) -> bool:
     return observation.startswith(("Got ", "Crafted ", "Inventory: "))
 
 
-class CreateBody(BaseModel):
+class TextCraftCreateBody(BaseModel):
     commands: str | None = None  # accepted and ignored, as by AgentGym's server
     goal: str | None = None
 
 
-class ResetBody(BaseModel):
-    id: int
-    data_idx: int = 0
-
-
-class StepBody(BaseModel):
-    id: int
-    action: str
-
-
-class IdBody(BaseModel):
-    id: int
+class TextCraftResetBody(ResetBody):
+    data_idx: int = 0  # AgentGym's TextCraft server defaults it
 
 
 def http_routes(app: FastAPI, pool: EnvPool, cls: type[Env]) -> None:
@@ -439,7 +428,7 @@ def http_routes(app: FastAPI, pool: EnvPool, cls: type[Env]) -> None:
         return f"This is environment {cls.title}."
 
     @app.post("/create")
-    def create(body: CreateBody | None = None):
+    def create(body: TextCraftCreateBody | None = None):
         def handle():
             env_id = pool.create()
             try:
@@ -452,11 +441,9 @@ def http_routes(app: FastAPI, pool: EnvPool, cls: type[Env]) -> None:
         return answer(handle)
 
     @app.post("/reset")
-    def reset(body: ResetBody):
-        def handle():
-            with pool.use(body.id) as env:
-                return {"id": body.id, "observation": env.reset(body.data_idx), "done": False, "reward": 0}
-        return answer(handle)
+    def reset(body: TextCraftResetBody):
+        return on_env(pool, body.id, lambda env: {"id": body.id, "observation": env.reset(body.data_idx),
+                                                  "done": False, "reward": 0})
 
     @app.post("/step")
     def step(body: StepBody):
@@ -477,18 +464,12 @@ def http_routes(app: FastAPI, pool: EnvPool, cls: type[Env]) -> None:
 
     @app.get("/observation")
     def observation(id: int):  # noqa: A002  (AgentGym's query parameter name)
-        def handle():
-            with pool.use(id) as env:
-                return env.observe()
-        return answer(handle)
+        return on_env(pool, id, lambda env: env.observe())
 
     @app.get("/detail")
     def detail(id: int):  # noqa: A002
-        def handle():
-            with pool.use(id) as env:
-                return {"observation": env.observe(), "done": env.phase == "over", "reward": int(env.reward),
-                        "deleted": False}
-        return answer(handle)
+        return on_env(pool, id, lambda env: {"observation": env.observe(), "done": env.phase == "over",
+                                             "reward": int(env.reward), "deleted": False})
 
     @app.post("/close")
     def close(body: IdBody):

@@ -12,9 +12,7 @@ built in memory from the id (`config(item_id)`), deterministically.
 
     python -m agentgym_nb.envs.web.tasks     # rewrite data/webarena/config_files/*.json and the item lists
 
-The expert plays a plan in a private env: each step names its target by role and accessible name, the id is read
-off the current observation (scrolling down until the target is in view), and the reply is written the way the
-instruction asks ("Let's think step-by-step. ... In summary, the next action I will perform is ```...```").
+The plans are played by the expert (envs/webarena/expert.py).
 """
 from __future__ import annotations
 
@@ -22,7 +20,6 @@ import collections
 import itertools
 import json
 import re
-import threading
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -843,108 +840,6 @@ def write() -> None:
     for name, ids in split().items():
         (DATA_DIR / "items" / f"webarena_{name}.json").write_text(
             json.dumps([{"item_id": f"webarena_{i}"} for i in ids], indent=1) + "\n")
-
-
-# ---------------------------------------------------------------- the expert
-
-LINE = re.compile(r"^\t*\[(\d+)\] (\S+) ('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")")
-MAX_SCROLLS = 8
-
-
-def element_id(tree: str, role: str, name: str) -> str | None:
-    """The id of the first `[id] role 'name'` line in an observation's tree, None if not in view."""
-    import ast
-
-    for line in tree.splitlines():
-        match = LINE.match(line)
-        if match and match.group(2) == role and ast.literal_eval(match.group(3)) == name:
-            return match.group(1)
-    return None
-
-
-def reply(thought: str, action: str) -> str:
-    return f"Let's think step-by-step. {thought} In summary, the next action I will perform is ```{action}```"
-
-
-_expert_env = None
-_expert_lock = threading.Lock()
-_solved: dict[int, list[str]] = {}  # the sites and ids are deterministic: a task's replies never change
-
-
-def expert_replies(item_id: int) -> list[str]:
-    """Play task(item_id)'s plan in the expert's private offline env; the replies, checked to earn reward 1.
-    The env (one browser context) is kept for the next call (a reset is much cheaper than a new context), and
-    each task's replies are remembered for the process."""
-    global _expert_env
-    from ..webarena import WebArena
-
-    task(item_id)  # ValueError for an id that is no offline task
-    with _expert_lock:
-        if item_id not in _solved:
-            if _expert_env is None:
-                _expert_env = WebArena()
-            try:
-                _solved[item_id] = play(_expert_env, item_id)
-            except BaseException:
-                _expert_env.close()
-                _expert_env = None
-                raise
-        return list(_solved[item_id])
-
-
-def play(env, item_id: int) -> list[str]:
-    """Reset `env` (an offline WebArena env) to the task and follow its plan, reading ids off each observation;
-    the replies sent, checked to earn reward 1 (RuntimeError otherwise)."""
-    replies, last = [], None
-    env.reset(item_id)
-
-    def send(thought: str, action: str):
-        nonlocal last
-        replies.append(reply(thought, action))
-        last = env.step(replies[-1])
-
-    def find(role: str, name: str) -> str:
-        for _ in range(MAX_SCROLLS):
-            found = element_id(env.tree, role, name)
-            if found is not None:
-                return found
-            send(f"I need the {role} '{name}', which is not in view yet, so I scroll down.", "scroll [down]")
-        raise RuntimeError(f"webarena expert: no {role} {name!r} on {env.url} (task {item_id})")
-
-    for step in task(item_id).plan:
-        if isinstance(step, Click):
-            node = find(step.role, step.name)
-            send(f"The {step.role} '{step.name}' has ID [{node}]. {step.why or 'I click it.'}", f"click [{node}]")
-        elif isinstance(step, Type):
-            node = find(step.role, step.name)
-            enter = " and press Enter" if step.enter else ""
-            send(f"The {step.role} '{step.name}' has ID [{node}]. I type \"{step.text}\" into it{enter}.",
-                 f"type [{node}] [{step.text}] [{int(step.enter)}]")
-        elif isinstance(step, Replace):
-            node = find(step.role, step.name)
-            send(f"The {step.role} '{step.name}' [{node}] holds an old value; I click into it first.",
-                 f"click [{node}]")
-            send("I select the whole old value.", "press [Meta+a]")
-            send("I delete the selected text.", "press [Backspace]")
-            enter = " and press Enter to save" if step.enter else ""
-            send(f"The field [{node}] is empty now. I type \"{step.text}\"{enter}.",
-                 f"type [{node}] [{step.text}] [{int(step.enter)}]")
-        elif isinstance(step, Read):
-            for _ in range(MAX_SCROLLS):
-                if step.text in env.tree:
-                    break
-                send("The information I need is further down the page, so I scroll down.", "scroll [down]")
-            else:
-                raise RuntimeError(f"webarena expert: {step.text!r} never came into view (task {item_id})")
-        elif isinstance(step, Goto):
-            send(f"{step.why or 'I go to that address.'} I go to {step.url}.", f"goto [{step.url}]")
-        elif isinstance(step, Stop):
-            thought = f"The answer is {step.answer}." if step.answer else "The objective is complete."
-            send(thought, f"stop [{step.answer}]" if step.answer else "stop []")
-    if last is None or not last.done or not env.success(last.reward):
-        raise RuntimeError(f"webarena expert: the plan of task {item_id} did not earn reward 1 "
-                           f"(reward {last.reward if last else None}, at {env.url})")
-    return replies
 
 
 if __name__ == "__main__":
