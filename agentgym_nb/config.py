@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import envs
-from .algos.advantages import ESTIMATORS
+from .algos.advantages import ESTIMATORS, GIGPO_MODES
 from .algos.schedule import make_schedule
 from .paths import default_outputs_dir
 
@@ -74,8 +74,17 @@ class RunConfig:
     kl_coef: float = 0.001               # KL to the frozen reference (0 disables the reference)
     kl_type: str = "low_var_kl"          # k1, k2 (mse), k3 (low_var_kl), abs
     kl_in_reward: bool = False           # KL as a per-token reward penalty (REINFORCE++, GAE) instead of a loss term
-    gamma: float = 1.0                   # discount per trainable token (REINFORCE++, GAE)
+    gamma: float = 1.0                   # discount per trainable token (REINFORCE++, GAE), per turn (GiGPO)
     lam: float = 1.0                     # GAE's lambda
+    gigpo_step_weight: float = 1.0       # GiGPO: weight omega of the step-level advantage
+    gigpo_mode: str = "mean_std_norm"    # GiGPO: "mean_std_norm" (divide by the std) or "mean_norm" (centre only)
+    # Episodes cut by the horizon (neither done nor out of tokens) scored 0 without failing: with cut_out_of_baseline
+    # a group baseline (grpo, rloo, gigpo) is made of the group's other episodes only, so a cut does not lower the
+    # bar the finished ones are measured against; cut episodes are still trained on, against that baseline, where
+    # their group has a finished episode. cut_turn_discount d < 1 scales turn k's advantage of a cut episode by
+    # d^(k-1): its last turns, which the horizon stopped, carry less of the blame than the turns that spent it.
+    cut_out_of_baseline: bool = False
+    cut_turn_discount: float = 1.0
     critic_lr: float | None = None       # GAE's critic; None = lr
     value_clip: float = 0.5
     entropy_coef: float = 0.0
@@ -121,6 +130,8 @@ DOTTED_KEYS = {
     "algorithm.use_kl_in_reward": "kl_in_reward",
     "algorithm.gamma": "gamma",
     "algorithm.lam": "lam",
+    "algorithm.gigpo.step_advantage_w": "gigpo_step_weight",
+    "algorithm.gigpo.mode": "gigpo_mode",
     "critic.optim.lr": "critic_lr",
     "critic.cliprange_value": "value_clip",
     "actor_rollout_ref.actor.loss_agg_mode": "loss_agg",
@@ -336,6 +347,13 @@ def validate(cfg: RunConfig) -> None:
         token_level = [name for name, e in ESTIMATORS.items() if e.token_level]
         raise ValueError(f"kl_in_reward puts the KL into per-token rewards, which only {' and '.join(token_level)} "
                          f"use; {cfg.algorithm} scores whole episodes (use the KL loss: kl_in_reward=False)")
+    _check_choice("gigpo_mode", cfg.gigpo_mode, GIGPO_MODES)
+    if cfg.cut_out_of_baseline and not ESTIMATORS[cfg.algorithm].group_baseline:
+        grouped = [name for name, e in ESTIMATORS.items() if e.group_baseline]
+        raise ValueError(f"cut_out_of_baseline changes a group baseline, which only {', '.join(grouped)} have; "
+                         f"{cfg.algorithm} has none (set cut_out_of_baseline=False)")
+    if not (isinstance(cfg.cut_turn_discount, (int, float)) and 0 < cfg.cut_turn_discount <= 1):
+        raise ValueError(f"cut_turn_discount must be in (0, 1] (1: no discount), got {cfg.cut_turn_discount!r}")
     if not 0 < cfg.clip_ratio < 1 or (cfg.clip_ratio_high is not None and cfg.clip_ratio_high <= 0):
         raise ValueError(f"PPO clipping needs 0 < clip_ratio < 1 and clip_ratio_high > 0 (or None), got "
                          f"clip_ratio={cfg.clip_ratio!r}, clip_ratio_high={cfg.clip_ratio_high!r}")

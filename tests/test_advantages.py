@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from agentgym_nb.algos.advantages import (ESTIMATORS, Credit, gae, grpo, masked_mean, masked_moments, masked_whiten,
+from agentgym_nb.algos.advantages import (ESTIMATORS, Credit, gae, gigpo, grpo, masked_mean, masked_moments, masked_whiten,
                                           reinforce_plus_plus, reinforce_pp, rloo, token_rewards_from_scores)
 
 # One multi-turn sequence, T = 11:
@@ -228,7 +228,8 @@ def test_the_registry_calls_each_estimator_with_the_config_name_and_says_what_it
     mask = torch.tensor([[0, 1, 1, 0, 1]] * 4)
     credit = Credit(scores, group, mask, token_rewards_from_scores(scores, mask), values=torch.full((4, 5), 0.25),
                     gamma=0.9, lam=0.8)
-    assert set(ESTIMATORS) == {"grpo", "rloo", "reinforce_plus_plus", "gae"} and reinforce_pp is reinforce_plus_plus
+    assert set(ESTIMATORS) == {"grpo", "rloo", "reinforce_plus_plus", "gae", "gigpo"}
+    assert reinforce_pp is reinforce_plus_plus
     adv, returns = ESTIMATORS["grpo"].compute(credit)
     assert torch.equal(adv, grpo(scores, group, mask)) and returns is None
     adv, returns = ESTIMATORS["rloo"].compute(credit)
@@ -239,6 +240,75 @@ def test_the_registry_calls_each_estimator_with_the_config_name_and_says_what_it
     adv, returns = ESTIMATORS["gae"].compute(credit)
     expected = gae(credit.token_rewards, credit.values, mask, 0.9, 0.8, whiten=False)
     assert torch.equal(adv, expected[0]) and torch.equal(returns, expected[1])
-    flags = {name: (e.needs_critic, e.token_level, e.whiten) for name, e in ESTIMATORS.items()}
-    assert flags == {"grpo": (False, False, False), "rloo": (False, False, False),
-                     "reinforce_plus_plus": (False, True, True), "gae": (True, True, True)}
+    flags = {name: (e.needs_critic, e.token_level, e.whiten, e.group_baseline) for name, e in ESTIMATORS.items()}
+    assert flags == {"grpo": (False, False, False, True), "rloo": (False, False, False, True),
+                     "reinforce_plus_plus": (False, True, True, False), "gae": (True, True, True, False),
+                     "gigpo": (False, False, False, True)}
+
+
+def gigpo_batch():
+    """Five episodes, two groups. Token layout per row: [template | turn 1 (2 tokens) | env | turn 2 | env | turn 3].
+    Group 0: ep0 acts in states A, B and wins (1); ep1 in A, C, D and fails; ep2 in A and fails (a 1-turn episode).
+    Group 1: ep3 and ep4 both act in A and both win (no signal at either level)."""
+    turns = [2, 3, 1, 1, 1]
+    layout = [0, 1, 1, 0, 2, 0, 3]                 # turn id per position (0: not a reply)
+    mask = torch.tensor([[int(0 < t <= n) for t in layout] for n in turns])
+    turn_ids = torch.tensor([layout] * 5)
+    anchors = [["A", "B"], ["A", "C", "D"], ["A"], ["A"], ["A"]]
+    return torch.tensor([1.0, 0, 0, 1, 1]), torch.tensor([0, 0, 0, 1, 1]), mask, turn_ids, anchors
+
+
+def test_gigpo_adds_step_credit_from_states_the_group_shares():
+    # gamma 0.5: returns ep0 (0.5, 1), ep1 (0, 0, 0), ep2 (0). State A of group 0 holds turn 1 of ep0, ep1, ep2:
+    # returns 0.5, 0, 0 -> mean 1/6, unbiased std sqrt(1/12) -> +1.1547, -0.5774, -0.5774. B, C, D: one turn each.
+    # Episode level (GRPO): scores 1, 0, 0 -> mean 1/3, std sqrt(1/3) -> +1.1547, -0.5774, -0.5774.
+    scores, group, mask, turn_ids, anchors = gigpo_batch()
+    adv = gigpo(scores, group, mask, turn_ids, anchors, gamma=0.5, step_weight=1.0)
+    a, b = 2 / math.sqrt(3), 1 / math.sqrt(3)
+    near = dict(abs=1e-5)   # the stds carry eps = 1e-6
+    assert adv[0, [1, 2, 4]].tolist() == pytest.approx([a + a, a + a, a], **near)   # turn 1 in A, turn 2 alone in B
+    assert adv[1, [1, 2, 4, 6]].tolist() == pytest.approx([-b - b, -b - b, -b, -b], **near)
+    assert adv[2, [1, 2]].tolist() == pytest.approx([-b - b, -b - b], **near)
+    assert adv[3:].abs().sum() == 0 and adv[~mask.bool()].abs().sum() == 0     # tied group; untrainable tokens
+    half = gigpo(scores, group, mask, turn_ids, anchors, gamma=0.5, step_weight=0.5)
+    assert half[0, 1].item() == pytest.approx(a + 0.5 * a, **near)
+
+
+def test_gigpo_mean_norm_centres_without_dividing():
+    scores, group, mask, turn_ids, anchors = gigpo_batch()
+    adv = gigpo(scores, group, mask, turn_ids, anchors, gamma=0.5, mode="mean_norm")
+    # episode: 2/3, -1/3, -1/3; state A: 0.5 - 1/6 = 1/3, -1/6, -1/6
+    assert adv[0, [1, 4]].tolist() == pytest.approx([2 / 3 + 1 / 3, 2 / 3])
+    assert adv[1, [1, 4, 6]].tolist() == pytest.approx([-1 / 3 - 1 / 6, -1 / 3, -1 / 3])
+    with pytest.raises(ValueError, match="gigpo mode 'std'"):
+        gigpo(scores, group, mask, turn_ids, anchors, mode="std")
+
+
+def test_gigpo_discounts_per_turn_and_reads_turn_rewards():
+    """Two episodes that pass through the same state at different turns: the later one is nearer its reward."""
+    mask = torch.tensor([[1, 0, 1, 0, 1], [1, 0, 1, 0, 0]])
+    turn_ids = torch.tensor([[1, 0, 2, 0, 3], [1, 0, 2, 0, 0]])
+    anchors = [["S", "X", "Y"], ["Z", "X"]]         # X: turn 2 of both
+    scores, group = torch.tensor([1.0, 1.0]), torch.tensor([0, 0])
+    adv = gigpo(scores, group, mask, turn_ids, anchors, gamma=0.9, mode="mean_norm")
+    # returns at X: ep0 0.9 * 1 (one turn before its end), ep1 1 (its last turn) -> -0.05, +0.05; episodes tie
+    assert adv[0, 2].item() == pytest.approx(-0.05) and adv[1, 2].item() == pytest.approx(0.05)
+    shaped = gigpo(scores, group, mask, turn_ids, anchors, turn_rewards=[[0, 0.5, 0.5], [0, 1]], gamma=0.9,
+                   mode="mean_norm")
+    # ep0 at X: 0.5 + 0.9 * 0.5 = 0.95; ep1: 1
+    assert shaped[0, 2].item() == pytest.approx(-0.025) and shaped[1, 2].item() == pytest.approx(0.025)
+
+
+def test_episodes_left_out_of_the_baseline_are_measured_against_the_others():
+    """Group 0: two finished episodes (0.8, 0.6) and two cut by the horizon (0, 0); group 1: both cut.
+    GRPO: baseline = mean of the finished = 0.7, std over all four (GRPO's scale) = sqrt(0.51 / 3) = 0.41231.
+    RLOO: a finished member's baseline is the other finished one, a cut member's the mean of the finished."""
+    scores, group = torch.tensor([0.8, 0.6, 0.0, 0.0, 1.0, 0.0]), torch.tensor([0, 0, 0, 0, 1, 1])
+    finished = torch.tensor([True, True, False, False, False, False])
+    mask = torch.ones(6, 1)
+    std = math.sqrt(0.51 / 3)
+    adv = grpo(scores, group, mask, in_baseline=finished)[:, 0].tolist()
+    assert adv == pytest.approx([0.1 / std, -0.1 / std, -0.7 / std, -0.7 / std, 0, 0], abs=1e-5)
+    assert rloo(scores, group, mask, in_baseline=finished)[:, 0].tolist() == pytest.approx([0.2, -0.2, -0.7, -0.7, 0, 0])
+    # without the option both are the usual estimators
+    assert torch.equal(grpo(scores, group, mask, in_baseline=torch.ones(6, dtype=torch.bool)), grpo(scores, group, mask))

@@ -120,3 +120,19 @@ def test_an_env_keeps_its_slot_until_it_is_closed(hf_nano, chat):
                          params=SamplingParams(max_tokens=8, seed=0), max_total_tokens=1500, env_timeout=30)
     assert len(trajs) == 12 and [t.failed for t in trajs] == [None] * 12
     assert CappedBabyAI.live == 0   # every env closed by the time run_episodes returns
+
+
+def test_each_turn_records_the_state_it_acted_in(hf_nano, chat):
+    """anchors[k - 1] is the env's state key before turn k (GiGPO's anchor states): one per turn taken, the group's
+    episodes all start in their item's state, and BabyAI's key is the grid state, so it reappears whenever an
+    episode returns to it."""
+    from agentgym_nb.envs.babyai import BabyAI
+    trajs = run_episodes(hf_nano, lambda: envs.make("babyai"), [0, 41], chat, n=3, max_rounds=3,
+                         params=SamplingParams(temperature=1.0, max_tokens=24, seed=3), max_total_tokens=2048)
+    for t in trajs:
+        assert t.failed is None and len(t.anchors) == t.num_rounds >= 1
+    for item in (0, 41):
+        fresh = BabyAI()
+        start = fresh.state_key(fresh.reset(item))
+        fresh.close()
+        assert {t.anchors[0] for t in trajs if t.item_id == item} == {start}

@@ -83,20 +83,22 @@ def test_items_for_step_is_a_pure_function(tmp_path, nano_dir):
 
 
 def real_rollouts_with_known_scores(trainer):
-    """Real episodes of the smoke model (2 items x 4 samples), re-scored 0/1 alternately so every group has signal."""
+    """Real episodes of the smoke model (2 items x 4 samples), re-scored 0/1 alternately so every group has signal;
+    the winners count as finished, the others as cut by the horizon."""
     from agentgym_nb.rollout.runner import run_episodes
     cfg = trainer.cfg
     trajs = run_episodes(trainer.engine, trainer.env_factory, trainer.items_for_step(1), trainer.chat,
                          n=cfg.samples_per_prompt, max_rounds=2, max_total_tokens=cfg.max_total_tokens,
                          params=SamplingParams(temperature=1.0, max_tokens=cfg.max_tokens, seed=5))
     for i, t in enumerate(trajs):
-        t.reward = float(i % 2)
+        t.reward, t.done, t.truncated = float(i % 2), bool(i % 2), False
     return [t for t in trajs if t.num_policy_tokens > 0]
 
 
 @pytest.mark.parametrize("algorithm,extra", [("grpo", {}), ("rloo", {}), ("reinforce_plus_plus", {}),
                                              ("reinforce_plus_plus", {"kl_in_reward": True, "kl_coef": 0.1}),
-                                             ("gae", {"critic_lr": 1e-2})])
+                                             ("gae", {"critic_lr": 1e-2}), ("gigpo", {"gamma": 0.95}),
+                                             ("grpo", {"cut_out_of_baseline": True, "cut_turn_discount": 0.5})])
 def test_every_estimator_updates_the_policy(tmp_path, nano_dir, algorithm, extra):
     cfg = smoke_config(tmp_path, algorithm, engine="hf", algorithm=algorithm, lr=1e-3, samples_per_prompt=4,
                        ppo_epochs=2, mini_batches=2, **extra)

@@ -83,33 +83,42 @@ def token_rewards_from_scores(scores: Tensor, loss_mask: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def grpo(scores: Tensor, group: Tensor, loss_mask: Tensor, eps: float = 1e-6) -> Tensor:
+def grpo(scores: Tensor, group: Tensor, loss_mask: Tensor, eps: float = 1e-6,
+         in_baseline: Tensor | None = None) -> Tensor:
     """GRPO: A[b, t] = (s_b - mean_g) / (std_g + eps) * m[b, t], g = group[b].
 
     std_g is the unbiased standard deviation (N - 1, the ``torch.std`` default) of the scores in group g. A group
     with one member gets advantage 0; a group whose scores are all equal gets 0 too.
+    ``in_baseline`` [B] (bool): only these members make mean_g (std_g stays over the whole group, so the scale is
+    GRPO's); a group with none of them gets 0. Used to leave episodes cut by the horizon, whose score says nothing
+    about how they would have ended, out of the baseline.
     """
     scores, m = _check_scores(scores, group, loss_mask)
     mean, count, inverse, alike = _group_mean(scores, group)
     dev = scores - mean[inverse]
     sq = torch.zeros_like(mean).index_add_(0, inverse, dev ** 2)
     std = torch.sqrt(sq / (count - 1).clamp(min=1))
-    adv = torch.where((count[inverse] > 1) & ~alike, dev / (std[inverse] + eps), torch.zeros_like(dev))
+    baseline, defined = _baseline(scores, inverse, mean, in_baseline)
+    adv = torch.where((count[inverse] > 1) & ~alike & defined, (scores - baseline) / (std[inverse] + eps),
+                      torch.zeros_like(dev))
     return _broadcast(adv, m)
 
 
 @torch.no_grad()
-def rloo(scores: Tensor, group: Tensor, loss_mask: Tensor) -> Tensor:
+def rloo(scores: Tensor, group: Tensor, loss_mask: Tensor, in_baseline: Tensor | None = None) -> Tensor:
     """RLOO: A[b, t] = (s_b - mean of the other members of b's group) * m[b, t].
 
     With n members and group sum S: s_b - (S - s_b) / (n - 1). A group with one member, or whose scores are all
-    equal, gets 0.
+    equal, gets 0. ``in_baseline`` [B] (bool): only these count as "the others"; a member with none gets 0.
     """
     scores, m = _check_scores(scores, group, loss_mask)
     mean, count, inverse, alike = _group_mean(scores, group)
-    n = count[inverse]
-    others = (mean[inverse] * n - scores) / (n - 1).clamp(min=1)
-    adv = torch.where((n > 1) & ~alike, scores - others, torch.zeros_like(scores))
+    base = torch.ones_like(scores, dtype=torch.bool) if in_baseline is None else in_baseline.bool()
+    n_base = torch.zeros_like(mean).index_add_(0, inverse, base.to(scores.dtype))[inverse]
+    s_base = torch.zeros_like(mean).index_add_(0, inverse, torch.where(base, scores, 0.0))[inverse]
+    n_others = n_base - base.to(scores.dtype)
+    others = (s_base - torch.where(base, scores, 0.0)) / n_others.clamp(min=1)
+    adv = torch.where((count[inverse] > 1) & ~alike & (n_others > 0), scores - others, torch.zeros_like(scores))
     return _broadcast(adv, m)
 
 
@@ -161,6 +170,62 @@ def gae(token_rewards: Tensor, values: Tensor, loss_mask: Tensor, gamma: float =
 reinforce_pp = reinforce_plus_plus   # the name in DESIGN.md's contracts
 
 
+GIGPO_MODES = ("mean_std_norm", "mean_norm")
+
+
+@torch.no_grad()
+def gigpo(scores: Tensor, group: Tensor, loss_mask: Tensor, turn_ids: Tensor, anchors: list[list],
+          turn_rewards: list[list[float]] | None = None, gamma: float = 0.95, step_weight: float = 1.0,
+          mode: str = "mean_std_norm", eps: float = 1e-6, in_baseline: Tensor | None = None) -> Tensor:
+    """GiGPO (Feng et al. 2025, arXiv 2505.10978): A[b, t] = A^E_b + omega * A^S_{b,k} on the tokens of turn k.
+
+    Episode level, as GRPO: A^E_b = (s_b - mean_g) / (std_g + eps) over b's group g ("mean_norm": s_b - mean_g).
+    Step level: turn k of episode b acted in state anchors[b][k - 1] (turns are 1-based, as in turn_ids) and
+    earned the discounted return R_{b,k} = sum_{j >= k} gamma^(j - k) r_{b,j}, r the turn rewards (default: the
+    score on the episode's last turn, so R_{b,k} = gamma^(K_b - k) s_b). The turns of one group that acted in the
+    same state form a step group G: A^S_{b,k} = (R_{b,k} - mean_G) / (std_G + eps) ("mean_norm": R_{b,k} - mean_G).
+    Stds are unbiased; a group or step group of one member, or whose values are all equal, gives 0.
+    ``in_baseline`` restricts the episode-level mean as in `grpo`.
+    """
+    if mode not in GIGPO_MODES:
+        raise ValueError(f"gigpo mode {mode!r}: use one of {', '.join(GIGPO_MODES)}")
+    scores, m = _check_scores(scores, group, loss_mask)
+    if turn_ids.shape != m.shape or len(anchors) != m.shape[0]:
+        raise ValueError(f"turn_ids must be [B, T] = {list(m.shape)} and anchors one list per episode ({m.shape[0]}), "
+                         f"got {list(turn_ids.shape)} and {len(anchors)}")
+    episode = grpo(scores, group, torch.ones_like(m[:, :1]), eps=eps, in_baseline=in_baseline)[:, 0]
+    if mode == "mean_norm":
+        mean, count, inverse, alike = _group_mean(scores, group)
+        baseline, defined = _baseline(scores, inverse, mean, in_baseline)
+        episode = torch.where(alike | ~defined | (count[inverse] < 2), 0.0, scores - baseline)
+    returns: dict[tuple[int, int], float] = {}
+    steps: dict[tuple, list[tuple[int, int]]] = {}
+    for b, states in enumerate(anchors):
+        rewards = turn_rewards[b] if turn_rewards is not None else [0.0] * (len(states) - 1) + [float(scores[b])]
+        if len(rewards) != len(states):
+            raise ValueError(f"episode {b}: {len(states)} anchor states but {len(rewards)} turn rewards")
+        later = 0.0
+        for k in range(len(states), 0, -1):
+            later = rewards[k - 1] + gamma * later
+            returns[b, k] = later
+            steps.setdefault((int(group[b]), states[k - 1]), []).append((b, k))
+    step_adv: dict[tuple[int, int], float] = {}
+    for members in steps.values():
+        values = torch.tensor([returns[x] for x in members], dtype=torch.float64)
+        if len(members) < 2 or bool((values == values[0]).all()):
+            centred = torch.zeros_like(values)
+        else:
+            centred = values - values.mean()
+            if mode == "mean_std_norm":
+                centred = centred / (values.std() + eps)
+        step_adv.update(zip(members, centred.tolist()))
+    per_turn = torch.zeros(m.shape[0], max((len(a) for a in anchors), default=0) + 1, dtype=scores.dtype)
+    for (b, k), value in step_adv.items():
+        per_turn[b, k] = value
+    turn = turn_ids.clamp(0, per_turn.shape[1] - 1)
+    return torch.where(m, episode[:, None] + step_weight * per_turn.gather(1, turn), 0.0)
+
+
 @dataclass(frozen=True)
 class Credit:
     """What an estimator may read about a batch of B episodes of T tokens."""
@@ -170,8 +235,13 @@ class Credit:
     token_rewards: Tensor          # [B, T] each score on its row's last sampled token (minus a per-token KL penalty
                                    # when the KL is in the reward)
     values: Tensor | None = None   # [B, T] a critic's values, for estimators that need one
+    turn_ids: Tensor | None = None  # [B, T] the turn (1, 2, ...) a reply token belongs to
+    anchors: list | None = None    # per episode, the env's state key before each turn
+    in_baseline: Tensor | None = None   # [B] episodes a group baseline is made of (None: all)
     gamma: float = 1.0
     lam: float = 1.0
+    step_weight: float = 1.0       # GiGPO's omega
+    mode: str = "mean_std_norm"    # GiGPO's normalisation
 
 
 @dataclass(frozen=True)
@@ -180,21 +250,27 @@ class Estimator:
 
     ``token_level``: it reads ``token_rewards`` (so a KL penalty in the reward reaches it); otherwise it reads the
     episode scores. ``whiten``: its advantages are whitened over the whole batch (by the trainer, which sees every
-    process's share)."""
+    process's share). ``group_baseline``: it compares an episode with its group (so ``in_baseline`` applies)."""
     compute: Callable[[Credit], tuple[Tensor, Tensor | None]]
     needs_critic: bool = False
     token_level: bool = False
     whiten: bool = False
+    group_baseline: bool = False
 
 
 ESTIMATORS: dict[str, Estimator] = {
-    "grpo": Estimator(lambda c: (grpo(c.scores, c.group, c.loss_mask), None)),
-    "rloo": Estimator(lambda c: (rloo(c.scores, c.group, c.loss_mask), None)),
+    "grpo": Estimator(lambda c: (grpo(c.scores, c.group, c.loss_mask, in_baseline=c.in_baseline), None),
+                      group_baseline=True),
+    "rloo": Estimator(lambda c: (rloo(c.scores, c.group, c.loss_mask, in_baseline=c.in_baseline), None),
+                      group_baseline=True),
     "reinforce_plus_plus": Estimator(lambda c: (reinforce_plus_plus(c.token_rewards, c.loss_mask, c.gamma,
                                                                     whiten=False)[0], None),
                                      token_level=True, whiten=True),
     "gae": Estimator(lambda c: gae(c.token_rewards, c.values, c.loss_mask, c.gamma, c.lam, whiten=False),
                      needs_critic=True, token_level=True, whiten=True),
+    "gigpo": Estimator(lambda c: (gigpo(c.scores, c.group, c.loss_mask, c.turn_ids, c.anchors, gamma=c.gamma,
+                                        step_weight=c.step_weight, mode=c.mode, in_baseline=c.in_baseline), None),
+                       group_baseline=True),
 }
 
 
@@ -239,6 +315,17 @@ def _group_mean(scores: Tensor, group: Tensor) -> tuple[Tensor, Tensor, Tensor, 
     top = torch.full_like(total, -math.inf).scatter_reduce(0, inverse, scores, reduce="amax")
     bottom = torch.full_like(total, math.inf).scatter_reduce(0, inverse, scores, reduce="amin")
     return total / count, count, inverse, (top == bottom)[inverse]
+
+
+def _baseline(scores: Tensor, inverse: Tensor, mean: Tensor, in_baseline: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Per row: the mean score of its group's baseline members (all members when `in_baseline` is None), and
+    whether the group has any."""
+    if in_baseline is None:
+        return mean[inverse], torch.ones_like(scores, dtype=torch.bool)
+    base = in_baseline.bool()
+    n = torch.zeros_like(mean).index_add_(0, inverse, base.to(scores.dtype))
+    total = torch.zeros_like(mean).index_add_(0, inverse, torch.where(base, scores, 0.0))
+    return (total / n.clamp(min=1))[inverse], (n > 0)[inverse]
 
 
 def _broadcast(per_seq: Tensor, m: Tensor) -> Tensor:

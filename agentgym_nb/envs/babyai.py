@@ -396,6 +396,13 @@ class BabyAI(Env):
         listed = json.loads(observation[observation.rindex("\nAvailable actions: ") + 20:])
         return "check" in action or action in listed
 
+    def state_key(self, observation: str) -> tuple:
+        """The agent's cell, direction and what it carries, and every cell of the grid (walls, doors open, closed
+        or locked, objects where they lie)."""
+        carrying = self.world.carrying
+        return (tuple(int(c) for c in self.world.agent_pos), int(self.world.agent_dir),
+                (carrying.type, carrying.color) if carrying else None, self.world.grid.encode().tobytes())
+
     @classmethod
     def level(cls, item_id: int) -> int:
         return level_index(item_id)

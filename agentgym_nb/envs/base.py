@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import abc
 import numbers
+from collections.abc import Hashable
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,6 +172,12 @@ class Env(abc.ABC):
 
     def success(self, reward: float) -> bool:
         return reward > 0 if self.success_score is None else reward >= self.success_score
+
+    def state_key(self, observation: str) -> Hashable:
+        """What identifies the env's current state, given the observation the agent was just shown: turns that act
+        in equal states are compared with each other (GiGPO's anchor states). Envs whose state is cheap to read
+        override this; by default it is the observation text."""
+        return observation
 
     @classmethod
     def level(cls, item_id: int) -> int:

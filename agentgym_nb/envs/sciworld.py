@@ -339,6 +339,11 @@ class SciWorld(Env):
             text = text[:-4]
         return text.rsplit("Action:", 1)[1].strip() if "Action:" in text else ""
 
+    def state_key(self, observation: str) -> tuple:
+        """What the agent's room looks like and what it holds, and the task score: two free actions of the
+        simulator (they take no move), instead of the last action's answer, which differs between equal states."""
+        return self.sim.look(), self.sim.inventory(), self.score
+
     @classmethod
     def level(cls, item_id: int) -> int:
         return task_index(item_id)

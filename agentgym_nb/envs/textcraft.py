@@ -633,6 +633,10 @@ class TextCraft(Env):
     def expert(self, item_id: int) -> list[str]:
         return expert_replies(item_id)
 
+    def state_key(self, observation: str) -> tuple:
+        """The inventory: all an episode of one goal changes."""
+        return tuple(sorted(self.inventory.items()))
+
     @classmethod
     def level(cls, item_id: int) -> int:
         return goal_depth(item_id)

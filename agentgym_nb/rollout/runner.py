@@ -160,7 +160,8 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
                     if ep.traj.truncated:   # a reply cut by the budget is not a whole action: do not send it
                         finish(ep)
                     else:
-                        waiting[pool.submit(_step, ep, text)] = (ep, time.monotonic() + env_timeout)
+                        waiting[pool.submit(_step, ep, text, ep.traj.num_rounds >= max_rounds)] = (
+                            ep, time.monotonic() + env_timeout)
         cf.wait(closing, timeout=env_timeout)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
@@ -191,11 +192,14 @@ def _gather(waiting: dict, until: float) -> set[cf.Future]:
 
 def _reset(env_factory, ep: _Episode, item_id: int):
     ep.env = env_factory()
-    return ("reset", ep.env.reset(item_id))
+    observation = ep.env.reset(item_id)
+    return "reset", observation, ep.env.state_key(observation)
 
 
-def _step(ep: _Episode, text: str):
-    return ("step", ep.env.step(text))
+def _step(ep: _Episode, text: str, last_turn: bool):
+    """Step the env; the state the next turn will act in, unless the episode ends here."""
+    step = ep.env.step(text)
+    return "step", step, None if step.done or last_turn else ep.env.state_key(step.observation)
 
 
 def _close_quietly(env: Env) -> None:
@@ -210,7 +214,7 @@ def _collect(fut: cf.Future, ep: _Episode, chat: ChatFormat, max_rounds: int, ma
     """Fold an env reply into the trajectory. Returns True if the episode wants another generation."""
     t = ep.traj
     try:
-        kind, result = fut.result()
+        kind, result, state = fut.result()
     except EnvError as e:
         t.failed = str(e)
         return False
@@ -219,6 +223,7 @@ def _collect(fut: cf.Future, ep: _Episode, chat: ChatFormat, max_rounds: int, ma
         return False
     if kind == "reset":
         ep.traj = Trajectory.start(chat, ep.env.instruction, result, t.item_id, t.group)
+        ep.traj.anchors.append(state)
         if len(ep.traj.input_ids) >= max_total_tokens:
             ep.traj.truncated = True
             return False
@@ -234,7 +239,10 @@ def _collect(fut: cf.Future, ep: _Episode, chat: ChatFormat, max_rounds: int, ma
     if not fits:
         t.truncated = True
         return False
-    return t.num_rounds < max_rounds
+    if t.num_rounds >= max_rounds:
+        return False
+    t.anchors.append(state)
+    return True
 
 
 def write_rollout_log(path: str, trajectories: list[Trajectory], **extra) -> None:

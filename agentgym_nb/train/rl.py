@@ -248,10 +248,16 @@ class Trainer:
         token_rewards = batch["rewards"]
         if cfg.kl_in_reward and self.ref is not None:   # r_t - beta * KL_t on every policy token
             token_rewards = token_rewards - cfg.kl_coef * kl_penalty(old_logp, ref_logp, cfg.kl_type) * mask
-        adv, returns = self.estimator.compute(adv_fns.Credit(scores, group, mask, token_rewards, old_values,
-                                                             gamma=cfg.gamma, lam=cfg.lam))
+        cut = torch.tensor([not t.done and not t.truncated for t in trajs])   # by the horizon
+        adv, returns = self.estimator.compute(adv_fns.Credit(
+            scores, group, mask, token_rewards, old_values, turn_ids=batch["turn_ids"],
+            anchors=[t.anchors for t in trajs], in_baseline=~cut if cfg.cut_out_of_baseline else None,
+            gamma=cfg.gamma, lam=cfg.lam, step_weight=cfg.gigpo_step_weight, mode=cfg.gigpo_mode))
         if self.estimator.whiten:
             adv = self._whiten(adv, mask)
+        if cfg.cut_turn_discount < 1:
+            later = cfg.cut_turn_discount ** (batch["turn_ids"] - 1).clamp(min=0)
+            adv = torch.where(cut[:, None], adv * later, adv)
         per_token = {"old_logp": old_logp, "ref_logp": ref_logp, "adv": adv, "old_values": old_values,
                      "returns": returns if returns is not None else old_values}
         if cfg.filter_groups and self.critic is None:
