@@ -9,12 +9,13 @@ import pytest
 import torch
 
 from agentgym_nb import envs, models
+from agentgym_nb.algos.losses import sft_loss
 from agentgym_nb.rollout.engine import HFEngine, SamplingParams
 from agentgym_nb.rollout.runner import run_episodes, write_rollout_log
 from agentgym_nb.rollout.trajectory import POLICY, PROMPT, Trajectory, collate
 from agentgym_nb.train.common import add_lora, merged_state_dict
-from agentgym_nb.train.sft import (_sft_step, check_record, cloning_lr_factor, load_records, sft, sft_loss,
-                                   to_trajectory, trajectory_record)
+from agentgym_nb.train.sft import (_sft_step, check_record, cloning_lr_factor, load_records, sft, to_trajectory,
+                                   trajectory_record)
 
 pytestmark = pytest.mark.timeout(120)
 torch.set_num_threads(1)

@@ -1,4 +1,4 @@
-"""Pieces every trainer shares: per-token log-probs of a batch, and splitting a batch into micro-batches."""
+"""Pieces every trainer shares: bf16 autocast, micro-batches, LoRA, FSDP sharding and whole-model state dicts."""
 from __future__ import annotations
 
 import torch
@@ -18,31 +18,6 @@ def native_bf16() -> bool:
 def autocast(device_type: str, bf16: bool | None = None):
     """bf16 autocast when `bf16` is True, fp32 when False; None: bf16 where the hardware has it (`native_bf16`)."""
     return torch.autocast(device_type, dtype=torch.bfloat16, enabled=native_bf16() if bf16 is None else bf16)
-
-
-def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, temperature: float = 1.0,
-                   with_entropy: bool = False):
-    """logp[b, t] = log pi(input_ids[b, t] | input_ids[b, :t]) for t >= 1; logp[b, 0] = 0 (nothing predicts it).
-
-    Aligned with the token it scores, so `logp * loss_mask` picks exactly the sampled tokens. Logits are divided by
-    the sampling temperature: the ratio must compare the same distribution the engine sampled from.
-    With `with_entropy`, also returns the entropy of each predictive distribution (aligned the same way), with its
-    gradient.
-    """
-    # Right-padded rows need no mask under causal attention (a token never attends to the padding after it), and
-    # without one SDPA takes its fused causal kernel instead of materialising a [B, heads, T, T] mask.
-    right_padded = bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
-    logits = model(input_ids=input_ids, attention_mask=None if right_padded else attention_mask).logits
-    logits = logits[:, :-1].float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    logz = torch.logsumexp(logits, dim=-1)
-    picked = torch.gather(logits, -1, input_ids[:, 1:, None]).squeeze(-1)
-    logp = torch.nn.functional.pad(picked - logz, (1, 0))
-    if not with_entropy:
-        return logp
-    entropy = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)   # differentiable: an entropy bonus trains
-    return logp, torch.nn.functional.pad(entropy, (1, 0))
 
 
 def micro_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:

@@ -30,13 +30,13 @@ import torch
 
 from .. import envs, models
 from ..algos import advantages as adv_fns
-from ..algos.losses import aggregate, explained_variance, kl_penalty, policy_loss, value_loss
+from ..algos.losses import aggregate, explained_variance, kl_penalty, policy_loss, token_logprobs, value_loss
 from ..config import RunConfig, item_pool, round_schedule
 from ..rollout.engine import SamplingParams, make_engine
 from ..rollout.runner import RolloutStats, run_episodes, write_rollout_log
 from ..rollout.trajectory import ChatFormat, collate
 from .common import (add_lora, full_state_dict, merged_state_dict, micro_batches, native_bf16, set_threads,
-                     shard, token_logprobs, trim)
+                     shard, trim)
 
 
 class Critic(torch.nn.Module):

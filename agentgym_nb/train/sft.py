@@ -22,7 +22,8 @@ import time
 import torch
 
 from ..rollout.trajectory import PROMPT, ChatFormat, Trajectory, collate
-from .common import autocast, merged_state_dict, micro_batches, token_logprobs, trim
+from ..algos.losses import sft_loss, token_logprobs
+from .common import autocast, merged_state_dict, micro_batches, trim
 
 SPEAKERS = {"human": "user", "gpt": "assistant"}     # AgentGym's `from` -> chat-template role
 PROMPT_TURNS = 3                                      # instruction, acknowledgement, first observation
@@ -153,14 +154,6 @@ def trajectory_record(traj: Trajectory, env: str) -> dict:
 
 
 # --------------------------------------------------------------------------------------------------- training
-
-def sft_loss(logp: torch.Tensor, loss_mask: torch.Tensor, num_tokens: int) -> torch.Tensor:
-    """- sum_{b,t} loss_mask[b,t] * logp[b,t] / num_tokens.
-
-    `num_tokens` is the trainable-token count of the whole optimizer step, so the micro-batch losses of a step
-    add up to its token mean whatever the micro-batch split."""
-    return -(logp * loss_mask).sum() / max(num_tokens, 1)
-
 
 def sft(model, trajectories: list[Trajectory], chat: ChatFormat, *, epochs: int = 1, batch_size: int = 32,
         micro_batch_tokens: int = 8192, lr: float = 1e-5, weight_decay: float = 0.0, grad_clip: float = 1.0,
