@@ -32,6 +32,7 @@ from .. import envs, models
 from ..algos import advantages as adv_fns
 from ..algos.losses import aggregate, explained_variance, kl_penalty, policy_loss, token_logprobs, value_loss
 from ..config import RunConfig, item_pool, round_schedule
+from ..evaluate.runner import evaluate
 from ..rollout.engine import SamplingParams, make_engine
 from ..rollout.runner import RolloutStats, run_episodes, write_rollout_log
 from ..rollout.trajectory import ChatFormat, collate
@@ -478,7 +479,6 @@ class Trainer:
     # ------------------------------------------------------------------------------------------- evaluation
     def evaluate(self, item_ids: list[int] | None = None, *, tag: str = "eval", n: int | None = None,
                  max_rounds: int | None = None) -> dict:
-        from ..evaluate import evaluate
         cfg = self.cfg
         item_ids = item_ids if item_ids is not None else self.test_items()
         params = SamplingParams(temperature=cfg.eval_temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
