@@ -26,7 +26,6 @@ from tokenizers.models import BPE
 from . import envs
 from .algos.losses import sft_loss, token_logprobs
 from .config import make_config
-from .envs.textcraft import renamed
 from .evaluate.runner import evaluate
 from .paths import default_outputs_dir
 from .rollout.engine import SamplingParams, make_engine
@@ -199,8 +198,8 @@ def train_tokenizer(texts: list[str], vocab: int, out_dir: str, content_words: l
     copy names out of the observation (TextCraft's items, SearchQA's entities) must learn every variant.
     style "words": GPT-2's rule (a word and its leading space, single digits, punctuation), so a name tokenises the
     same wherever it stands (" Purhond" + " Works" in a passage and in "look up Purhond Works"; after a tag only the
-    first piece lacks its space), at 22% (SearchQA) to 37% (TextCraft) more tokens per episode (medians over 300
-    expert episodes).
+    first piece lacks its space), at about a quarter (SearchQA) to a third (TextCraft) more tokens per expert
+    episode.
     """
     from transformers import PreTrainedTokenizerFast   # importing transformers takes seconds
     if style == "words":
@@ -263,6 +262,7 @@ def build_nano(path: str, spec: NanoSpec, log=print) -> str:
     convs = expert_conversations(spec.env, items, spec.hesitation)
     log(f"nano: {len(convs)} expert episodes from {len(items)} items ({time.time() - t0:.0f}s)")
     if spec.renamed_copies:
+        from .envs.textcraft import renamed   # env modules load on first use (envs' registry); only TextCraft's here
         rng = random.Random(spec.seed)
         convs += [(item, renamed(messages, rng), reward) for _ in range(spec.renamed_copies)
                   for item, messages, reward in convs]
