@@ -8,18 +8,28 @@ group-relative advantages carry signal. Built once, cached under outputs/models/
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import importlib.util
 import json
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
+from huggingface_hub import snapshot_download
+from tokenizers import Regex, Tokenizer, decoders, pre_tokenizers, trainers
+from tokenizers.models import BPE
 
 from . import envs
+from .algos.losses import sft_loss, token_logprobs
+from .config import make_config
+from .evaluate.runner import evaluate
 from .paths import default_outputs_dir
+from .rollout.engine import SamplingParams, make_engine
+from .rollout.trajectory import ChatFormat, Trajectory, collate
 
 MODELS_DIR = os.path.join(default_outputs_dir(), "models")
 NAMED = ("nano", "smollm2-135m")
@@ -113,7 +123,6 @@ def resolve(name: str, *, preset: str = "cpu", env: str = "babyai", track: str |
     if os.path.isdir(name):
         return name
     if "/" in name:   # an HF id: only from the local HF cache (no hub access at run time)
-        from huggingface_hub import snapshot_download
         try:
             return snapshot_download(name, local_files_only=True)
         except Exception as e:
@@ -130,7 +139,6 @@ def is_available(name: str) -> bool:
         return True
     if "/" not in name:
         return False
-    from huggingface_hub import snapshot_download
     try:
         snapshot_download(name, local_files_only=True)
         return True
@@ -142,7 +150,7 @@ def load_tokenizer(model_dir: str):
     """The tokenizer of a model folder. A nano folder's tokenizer.json is loaded verbatim: AutoTokenizer would see
     model_type "qwen2", return a Qwen2Tokenizer and swap our phrase-level pre-tokenizer for Qwen's regex, so the
     model would be fed ids it was never trained on."""
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast   # importing transformers takes seconds
     with open(os.path.join(model_dir, "tokenizer_config.json")) as f:
         if json.load(f).get("tokenizer_class") in ("TokenizersBackend", "PreTrainedTokenizerFast"):
             return PreTrainedTokenizerFast.from_pretrained(model_dir)
@@ -190,11 +198,10 @@ def train_tokenizer(texts: list[str], vocab: int, out_dir: str, content_words: l
     copy names out of the observation (TextCraft's items, SearchQA's entities) must learn every variant.
     style "words": GPT-2's rule (a word and its leading space, single digits, punctuation), so a name tokenises the
     same wherever it stands (" Purhond" + " Works" in a passage and in "look up Purhond Works"; after a tag only the
-    first piece lacks its space), at 22% (SearchQA) to 37% (TextCraft) more tokens per episode (medians over 300
-    expert episodes).
+    first piece lacks its space), at about a quarter (SearchQA) to a third (TextCraft) more tokens per expert
+    episode.
     """
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast   # importing transformers takes seconds
     if style == "words":
         pattern = r"\d| ?[^\W\d_]+|[^\w\s]|\n+|\s"
     elif style == "phrases":
@@ -202,7 +209,7 @@ def train_tokenizer(texts: list[str], vocab: int, out_dir: str, content_words: l
         pattern = r"\d+|[^\w\s]|\n+" + (rf"| ?\b(?:{words})\b" if words else "")
     else:
         raise ValueError(f"tokenizer style {style!r}: use 'phrases' or 'words'")
-    tok = Tokenizer(models.BPE())
+    tok = Tokenizer(BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
@@ -226,7 +233,6 @@ def nano_tokenizer(spec: NanoSpec, conversations, out_dir: str):
 
 def demo_trajectories(chat, conversations):
     """Expert chats as Trajectories: the expert's replies stand where sampled ids would (same masks as RL)."""
-    from .rollout.trajectory import Trajectory
     out = []
     for item, messages, reward in conversations:
         t = Trajectory.start(chat, messages[:2], messages[2]["content"], item)
@@ -241,12 +247,9 @@ def demo_trajectories(chat, conversations):
 
 def build_nano(path: str, spec: NanoSpec, log=print) -> str:
     """Build the nano model of `spec` into `path`. Cloning (and the cpu preset's RL) run in fp32: a 1M-parameter
-    model gains nothing from bf16 autocast (1.08x on a CPU with bf16 kernels, ~12x slower on one that emulates it),
-    and fp32 gives the same model on every CPU."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-    from .rollout.engine import make_engine
-    from .rollout.trajectory import ChatFormat
-    from .train.sft import behaviour_cloning
+    model's matmuls are too small for bf16 kernels to pay (and a CPU without them emulates bf16, many times slower
+    than fp32), and fp32 gives the same model on every CPU."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM   # model classes: importing them takes seconds
     t0 = time.time()
     torch.manual_seed(spec.seed)
     random.seed(spec.seed)
@@ -259,7 +262,7 @@ def build_nano(path: str, spec: NanoSpec, log=print) -> str:
     convs = expert_conversations(spec.env, items, spec.hesitation)
     log(f"nano: {len(convs)} expert episodes from {len(items)} items ({time.time() - t0:.0f}s)")
     if spec.renamed_copies:
-        from .envs.textcraft import renamed
+        from .envs.textcraft import renamed   # env modules load on first use (envs' registry); only TextCraft's here
         rng = random.Random(spec.seed)
         convs += [(item, renamed(messages, rng), reward) for _ in range(spec.renamed_copies)
                   for item, messages, reward in convs]
@@ -281,16 +284,23 @@ def build_nano(path: str, spec: NanoSpec, log=print) -> str:
                          "tokens); raise the spec's max_total_tokens")
     model.save_pretrained(path)   # the validation engine starts from this folder and gets weights synced in
     engine = make_engine("auto", path, max_model_len=spec.max_total_tokens + 64, tokenizer=tokenizer, kv_cache_gib=0.5)
-    common = dict(env_name=spec.env, engine=engine, batch_tokens=spec.bc_batch_tokens, check_every=spec.check_every,
-                  val_items=val_items, target_success=spec.target_success, max_rounds=spec.max_rounds,
-                  max_tokens=spec.max_tokens, max_total_tokens=spec.max_total_tokens, max_envs=spec.max_envs,
-                  bf16=False, log=log)
+
+    def validation_success(model, seed: int) -> float:
+        """Sampled (T=1) success on the validation items, the model's current weights synced into the engine."""
+        engine.load_weights(model.state_dict().items())
+        return evaluate(engine, lambda: envs.make(spec.env), val_items, chat, max_rounds=spec.max_rounds,
+                        params=SamplingParams(temperature=1.0, max_tokens=spec.max_tokens, seed=seed),
+                        max_total_tokens=spec.max_total_tokens, max_concurrency=spec.max_envs)["success"]
+
+    common = dict(batch_tokens=spec.bc_batch_tokens, check_every=spec.check_every, target_success=spec.target_success,
+                  log=log)
     try:
-        history = behaviour_cloning(model, demos, chat, max_steps=spec.bc_max_steps, lr=spec.bc_lr, seed=spec.seed,
-                                    **common)
+        history = behaviour_cloning(model, demos, chat, validate=lambda m: validation_success(m, spec.seed),
+                                    max_steps=spec.bc_max_steps, lr=spec.bc_lr, seed=spec.seed, **common)
         if spec.bc_decay_steps and history[-1]["val_success"] < spec.target_success:
-            decay = behaviour_cloning(model, demos, chat, max_steps=spec.bc_decay_steps, lr=spec.bc_decay_lr,
-                                      seed=spec.seed + 1, lr_decay=True, **common)
+            decay = behaviour_cloning(model, demos, chat, validate=lambda m: validation_success(m, spec.seed + 1),
+                                      max_steps=spec.bc_decay_steps, lr=spec.bc_decay_lr, seed=spec.seed + 1,
+                                      lr_decay=True, **common)
             history += [{**h, "step": h["step"] + history[-1]["step"], "phase": "decay"} for h in decay]
     finally:
         engine.close()
@@ -316,6 +326,65 @@ def nano_items(spec: NanoSpec) -> tuple[list[int], list[int]]:
     return [i for i in train if i not in held][:spec.demos], val
 
 
+# ------------------------------------------------------------------------------------ behaviour cloning (nano)
+
+def behaviour_cloning(model, demos: list[Trajectory], chat: ChatFormat, *, validate: Callable[[object], float],
+                      max_steps: int, batch_tokens: int = 12288, lr: float = 2e-3, check_every: int = 100,
+                      target_success: float = 1.1, seed: int = 0, lr_decay: bool = False, log=print) -> list[dict]:
+    """Clone `demos` (fp32); every `check_every` steps and at the last, `validate(model)` gives the success rate of
+    the current weights, and cloning stops once it reaches `target_success`. The learning rate warms up over 20
+    steps and stays at `lr`, or with `lr_decay` falls linearly from `lr` to 0 over `max_steps`. Returns the history
+    of checks."""
+    rng = random.Random(seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: cloning_lr_factor(s, max_steps, lr_decay))
+    pad = chat.tokenizer.pad_token_id
+    history, t0, losses = [], time.time(), []
+    for step in range(1, max_steps + 1):
+        model.train()
+        batch = collate(_similar_lengths(demos, batch_tokens, rng), pad)
+        logp = token_logprobs(model, batch["input_ids"], batch["attention_mask"])
+        loss = sft_loss(logp, batch["loss_mask"], int(batch["loss_mask"].sum()))
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if step % check_every == 0 or step == max_steps:
+            model.eval()
+            record = {"step": step, "loss": sum(losses) / len(losses), "val_success": validate(model),
+                      "seconds": round(time.time() - t0, 1)}
+            history.append(record)
+            losses = []
+            log(f"bc step {step}: loss {record['loss']:.3f}, validation success {record['val_success']:.2f} "
+                f"({record['seconds']:.0f}s)")
+            if record["val_success"] >= target_success:
+                break
+    model.eval()
+    return history
+
+
+def cloning_lr_factor(step: int, max_steps: int, decay: bool) -> float:
+    """The learning rate of cloning step `step` (0-based) as a share of the peak:
+    decay: 1 - step / max_steps (linear to 0); otherwise min(1, (step + 1) / 20) (20 warm-up steps, then constant)."""
+    return 1 - step / max_steps if decay else min(1.0, (step + 1) / 20)
+
+
+def _similar_lengths(demos: list[Trajectory], batch_tokens: int, rng: random.Random) -> list[Trajectory]:
+    """A random batch of similar lengths filling `batch_tokens` (rows x longest row): sample 64 demos, sort them by
+    length, and take a contiguous run from a random start. Padding is compute spent on nothing."""
+    pool = sorted(rng.sample(demos, min(64, len(demos))), key=lambda t: len(t.input_ids))
+    start = rng.randrange(len(pool))
+    batch = [pool[start]]
+    for t in pool[start + 1:]:
+        if (len(batch) + 1) * len(t.input_ids) > batch_tokens:
+            break
+        batch.append(t)
+    return batch
+
+
 # ------------------------------------------------------------------------------------------------- smollm2-135m
 
 def smollm2_dir(log=print) -> str:
@@ -331,7 +400,7 @@ def smollm2_dir(log=print) -> str:
     gguf = [f for f in os.listdir(folder) if f.endswith(".gguf")]
     if not gguf:
         raise ValueError(f"no .gguf file in {folder}")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer   # importing transformers takes seconds
     log(f"smollm2-135m: converting {gguf[0]} (about 30 s, once)")
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf[0])
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf[0], torch_dtype=torch.float32)
@@ -344,13 +413,11 @@ def smollm2_dir(log=print) -> str:
 
 
 def main(argv=None) -> None:
-    import argparse
     p = argparse.ArgumentParser(prog="python -m agentgym_nb.models", description="Build or locate a model.")
     p.add_argument("name", help=f"{', '.join(NAMED)}, a local path or an HF id in the local cache")
     p.add_argument("--env", default="babyai")
     p.add_argument("--preset", default="cpu")
     args = p.parse_args(argv)
-    from .config import make_config
     print(resolve_config(make_config(preset=args.preset, env=args.env, model=args.name)))
 
 

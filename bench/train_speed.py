@@ -4,7 +4,7 @@ and the share of the CPU's peak matmul rate that training reaches.
     .venv/bin/python bench/train_speed.py [--models nano smollm2-135m] [--repeats 3] [--steps 3] [--skip smollm2-135m/bf16]
 
 One update = the trainer's work on one micro-batch of B x T tokens (full fine-tuning): forward under autocast (or
-not), per-token log-probs and entropies (`train.common.token_logprobs`), a policy-gradient loss, backward, gradient
+not), per-token log-probs and entropies (`algos.losses.token_logprobs`), a policy-gradient loss, backward, gradient
 clipping, an AdamW step. Each (model, precision) runs in a fresh process (so its peak RSS is its own): one warm-up
 update, then --steps timed updates; then, in the same process, the peak matmul rate of that precision (the best of
 three timings of a large square matmul, --matmul-n, with the same threads).
@@ -70,7 +70,7 @@ def one_config(name: str, precision: str, batch: int, seq: int, steps: int, thre
     import torch
     from transformers import AutoModelForCausalLM
 
-    from agentgym_nb.train.common import token_logprobs
+    from agentgym_nb.algos.losses import token_logprobs
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(model_dir(name), dtype=torch.float32).train()

@@ -11,9 +11,10 @@ import torch
 from agentgym_nb import envs
 from agentgym_nb.envs import EnvError
 from agentgym_nb.envs.babyai import BabyAI
-from agentgym_nb.evaluate import (bootstrap_ci, checkpoint_model_dir, evaluate, load_paper_results, load_results,
-                                  main, summarize)
+from agentgym_nb.evaluate import bootstrap_ci, evaluate, load_paper_results, load_results, summarize
+from agentgym_nb.evaluate.cli import main, parse_items
 from agentgym_nb.rollout.engine import SamplingParams
+from agentgym_nb.train.checkpoint import checkpoint_model_dir
 
 pytestmark = pytest.mark.timeout(240)
 ITEMS = list(range(100_000, 100_006))
@@ -193,7 +194,6 @@ def test_cli_errors(argv, message, capsys):
 def test_cli_items_are_the_presets_items():
     """--items test/train are the items a run of the config plays (its levels only), a:b any ids."""
     from agentgym_nb.config import make_config
-    from agentgym_nb.evaluate import parse_items
     sciworld = make_config(preset="cpu", env="sciworld")   # the 10 short tasks: 88 of the 201 shipped test items
     assert len(parse_items("test", sciworld)) == 88 and len(envs.item_ids("sciworld", "test")) == 201
     level_3 = parse_items("train", make_config(preset="cpu", overrides=["levels=[3]"]))

@@ -16,7 +16,7 @@ import torch
 
 from agentgym_nb.config import PAPER_SCRIPTS, make_config
 from agentgym_nb.rollout.trajectory import Trajectory
-from agentgym_nb.train import rl
+from agentgym_nb.train import launch, rl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, "configs", "accelerate")
@@ -92,7 +92,7 @@ def _norm(tensors: dict) -> float:
 @pytest.mark.parametrize("env", sorted(PAPER_SCRIPTS))
 def test_paper_dry_run_checks_both_8gpu_configs(env):
     for name, detail in (("fsdp_8gpu", "FSDP2 full shard"), ("deepspeed_zero3_8gpu", "DeepSpeed ZeRO-3")):
-        text = rl.plan(make_config(preset="paper", env=env, overrides={"launch_config": name}))
+        text = launch.plan(make_config(preset="paper", env=env, overrides={"launch_config": name}))
         assert "--config_file " in text and f"{name}.yaml -m agentgym_nb.train.rl" in text
         assert "8 processes: " + detail in text and "tensor parallel 1" in text
         assert "memory per GPU" in text
@@ -101,21 +101,21 @@ def test_paper_dry_run_checks_both_8gpu_configs(env):
 @pytest.mark.timeout(60)
 def test_memory_estimate_matches_the_arithmetic_in_the_configs():
     cfg = make_config(preset="paper", env="textcraft", overrides={"micro_batch_tokens": 4096})
-    shape = rl.KNOWN_SHAPES["Qwen/Qwen2.5-7B-Instruct"]
-    fsdp = rl.memory_per_gpu(cfg, shape, 8, "fsdp")
+    shape = launch.KNOWN_SHAPES["Qwen/Qwen2.5-7B-Instruct"]
+    fsdp = launch.memory_per_gpu(cfg, shape, 8, "fsdp")
     assert fsdp["policy"] == pytest.approx(16 * 7.62e9 / 8 / 1e9)             # 15.2
     assert fsdp["reference"] == pytest.approx(4 * 7.62e9 / 8 / 1e9)           # 3.8
     assert fsdp["vLLM weights"] == pytest.approx(15.24)
     assert fsdp["KV cache"] == pytest.approx(20 * 2**30 / 1e9)               # 21.5
     assert fsdp["logits"] == pytest.approx(14 * 4096 * 152064 / 1e9)         # 8.7
     assert sum(fsdp.values()) == pytest.approx(72, abs=0.5)
-    ds = rl.memory_per_gpu(cfg, shape, 8, "deepspeed")
+    ds = launch.memory_per_gpu(cfg, shape, 8, "deepspeed")
     assert ds["reference"] == pytest.approx(2 * 7.62e9 / 1e9)                 # a bf16 copy: 15.2
-    ddp = rl.memory_per_gpu(cfg, shape, 8, "ddp")
+    ddp = launch.memory_per_gpu(cfg, shape, 8, "ddp")
     assert ddp["policy"] == pytest.approx(121.92) and ddp["reference"] == pytest.approx(30.48)
-    assert "fits" in rl.plan(cfg).splitlines()[-1]
+    assert "fits" in launch.plan(cfg).splitlines()[-1]
     cfg.micro_batch_tokens = 16384
-    assert "does NOT fit" in rl.plan(cfg).splitlines()[-1]
+    assert "does NOT fit" in launch.plan(cfg).splitlines()[-1]
 
 
 @pytest.mark.timeout(60)
@@ -156,16 +156,16 @@ def test_a_wrong_launch_config_is_an_error_that_names_it(tmp_path, name, replace
     path = _variant(tmp_path, name, replace, json_replace)
     cfg = make_config(preset="paper", env="babyai", overrides={"launch_config": path})
     with pytest.raises(ValueError, match=message):
-        rl.plan(cfg)
+        launch.plan(cfg)
 
 
 @pytest.mark.timeout(60)
 def test_launch_config_by_name_or_path_and_rollout_tp_rules(tmp_path):
-    assert rl.launch_config_path("fsdp_8gpu") == os.path.join(CONFIGS, "fsdp_8gpu.yaml")
+    assert launch.launch_config_path("fsdp_8gpu") == os.path.join(CONFIGS, "fsdp_8gpu.yaml")
     shutil.copy(os.path.join(CONFIGS, "cpu.yaml"), tmp_path / "mine.yaml")
-    assert rl.launch_config_path(str(tmp_path / "mine.yaml")) == str(tmp_path / "mine.yaml")
+    assert launch.launch_config_path(str(tmp_path / "mine.yaml")) == str(tmp_path / "mine.yaml")
     with pytest.raises(ValueError, match="fsdp_8gpu"):
-        rl.launch_config_path("fsdp_16gpu")
+        launch.launch_config_path("fsdp_16gpu")
     cfg = make_config(preset="paper", env="babyai")
     assert (cfg.rollout_tp, cfg.launch_config, cfg.gradient_checkpointing) == (1, "fsdp_8gpu", True)
     assert make_config(preset="smoke", overrides=["engine=vllm",
@@ -175,10 +175,10 @@ def test_launch_config_by_name_or_path_and_rollout_tp_rules(tmp_path):
             make_config(preset="smoke", overrides={"rollout_tp": bad})
     with pytest.raises(ValueError, match="hf engine"):
         make_config(preset="smoke", overrides={"rollout_tp": 2, "engine": "hf"})
-    rl.check_rollout_tp(4, 1, 8)                          # one process, an engine over 4 of 8 GPUs
+    launch.check_rollout_tp(4, 1, 8)                      # one process, an engine over 4 of 8 GPUs
     with pytest.raises(ValueError, match="divide"):
-        rl.check_rollout_tp(3, 1, 8)
+        launch.check_rollout_tp(3, 1, 8)
     with pytest.raises(ValueError, match="one engine"):
-        rl.check_rollout_tp(2, 8, 8)                      # 8 trainer processes each own an engine on their GPU
+        launch.check_rollout_tp(2, 8, 8)                  # 8 trainer processes each own an engine on their GPU
     with pytest.raises(ValueError, match="one engine"):
-        rl.plan(make_config(preset="paper", env="babyai", overrides={"rollout_tp": 2}))
+        launch.plan(make_config(preset="paper", env="babyai", overrides={"rollout_tp": 2}))

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from agentgym_nb import envs, models
+from agentgym_nb.algos.losses import sft_loss
 from agentgym_nb.rollout.engine import HFEngine, SamplingParams
 from agentgym_nb.rollout.runner import run_episodes, write_rollout_log
 from agentgym_nb.rollout.trajectory import POLICY, PROMPT, Trajectory, collate
 from agentgym_nb.train.common import add_lora, merged_state_dict
-from agentgym_nb.train.sft import (_sft_step, check_record, cloning_lr_factor, load_records, sft, sft_loss,
-                                   to_trajectory, trajectory_record)
+from agentgym_nb.train.sft import _sft_step, check_record, load_records, sft, to_trajectory, trajectory_record
 
 pytestmark = pytest.mark.timeout(120)
 torch.set_num_threads(1)
@@ -117,8 +117,9 @@ def test_sft_loss_is_a_token_mean_over_the_whole_step():
 
 
 def test_cloning_learning_rate_warms_up_or_decays_to_zero():
-    assert [cloning_lr_factor(s, 600, False) for s in (0, 9, 19, 599)] == [0.05, 0.5, 1.0, 1.0]
-    assert [cloning_lr_factor(s, 600, True) for s in (0, 150, 300, 599)] == [1.0, 0.75, 0.5, pytest.approx(1 / 600)]
+    assert [models.cloning_lr_factor(s, 600, False) for s in (0, 9, 19, 599)] == [0.05, 0.5, 1.0, 1.0]
+    assert [models.cloning_lr_factor(s, 600, True) for s in (0, 150, 300, 599)] == [1.0, 0.75, 0.5,
+                                                                                     pytest.approx(1 / 600)]
 
 
 def test_micro_batch_split_does_not_change_the_update(chat, nano_dir):

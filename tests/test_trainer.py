@@ -167,7 +167,7 @@ def test_the_trainer_loss_applies_the_configured_clip_and_dual_clip(tmp_path, na
     the dual clip bound c = 3 caps it at -A * c = 3 (Ye et al. 2020). With A = +1 the clipped term wins:
     -min(148.4, 1 + eps_high) = -(1 + eps_high), so clip_ratio_high = 0.28 gives -1.28."""
     from agentgym_nb.rollout.trajectory import collate
-    from agentgym_nb.train.common import token_logprobs
+    from agentgym_nb.algos.losses import token_logprobs
     trainer = Trainer(smoke_config(tmp_path, "clip", engine="hf", clip_ratio_high=0.28, clip_ratio_c=3.0),
                       log=lambda *a: None)
     batch = collate(real_rollouts_with_known_scores(trainer), trainer.tokenizer.pad_token_id)

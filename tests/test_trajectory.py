@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from agentgym_nb import envs
+from agentgym_nb.algos.losses import token_logprobs
 from agentgym_nb.rollout.engine import SamplingParams
 from agentgym_nb.rollout.runner import run_episodes
 from agentgym_nb.rollout.trajectory import ENV, POLICY, PROMPT, TEMPLATE, Trajectory, collate
-from agentgym_nb.train.common import token_logprobs
 
 
 class Recording:

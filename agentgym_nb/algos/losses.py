@@ -1,4 +1,5 @@
-"""Losses: PPO clipped policy loss, KL estimators, entropy, clipped value loss, and loss aggregation.
+"""Losses: log-probs of the sampled tokens, the SFT loss, PPO clipped policy loss, KL estimators, entropy, clipped
+value loss, and loss aggregation.
 
 Every per-token loss is a [B, T] matrix reduced by ``aggregate`` over the tokens with ``loss_mask = 1``. Passing the
 token (or sequence) count of the whole mini-batch as ``global_tokens`` (``global_seqs``) makes the sum of the
@@ -14,6 +15,31 @@ from agentgym_nb.algos.advantages import masked_mean
 AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
 KL_KINDS = {"k1": "kl", "kl": "kl", "abs": "abs", "k2": "mse", "mse": "mse", "k3": "low_var_kl",
             "low_var_kl": "low_var_kl"}
+
+
+def token_logprobs(model, input_ids: Tensor, attention_mask: Tensor, *, temperature: float = 1.0,
+                   with_entropy: bool = False):
+    """logp[b, t] = log pi(input_ids[b, t] | input_ids[b, :t]) for t >= 1; logp[b, 0] = 0 (nothing predicts it).
+
+    Aligned with the token it scores, so `logp * loss_mask` picks exactly the sampled tokens. Logits are divided by
+    the sampling temperature: the ratio must compare the same distribution the engine sampled from.
+    With `with_entropy`, also returns the entropy of each predictive distribution (aligned the same way), with its
+    gradient.
+    """
+    # Right-padded rows need no mask under causal attention (a token never attends to the padding after it), and
+    # without one SDPA takes its fused causal kernel instead of materialising a [B, heads, T, T] mask.
+    right_padded = bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
+    logits = model(input_ids=input_ids, attention_mask=None if right_padded else attention_mask).logits
+    logits = logits[:, :-1].float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    logz = torch.logsumexp(logits, dim=-1)
+    picked = torch.gather(logits, -1, input_ids[:, 1:, None]).squeeze(-1)
+    logp = torch.nn.functional.pad(picked - logz, (1, 0))
+    if not with_entropy:
+        return logp
+    entropy = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)   # differentiable: an entropy bonus trains
+    return logp, torch.nn.functional.pad(entropy, (1, 0))
 
 
 def aggregate(loss_mat: Tensor, loss_mask: Tensor, mode: str = "token-mean", global_tokens: int | None = None,
@@ -39,6 +65,14 @@ def aggregate(loss_mat: Tensor, loss_mask: Tensor, mode: str = "token-mean", glo
     else:
         raise ValueError(f"unknown loss aggregation mode {mode!r}; valid: {', '.join(AGG_MODES)}")
     return seq.sum() / _count(global_seqs, int(m.any(dim=-1).sum()), "global_seqs")
+
+
+def sft_loss(logp: Tensor, loss_mask: Tensor, num_tokens: int) -> Tensor:
+    """- sum_{b,t} loss_mask[b,t] * logp[b,t] / num_tokens.
+
+    `num_tokens` is the trainable-token count of the whole optimizer step, so the micro-batch losses of a step
+    add up to its token mean whatever the micro-batch split."""
+    return -(logp * loss_mask).sum() / max(num_tokens, 1)
 
 
 def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "low_var_kl") -> Tensor:

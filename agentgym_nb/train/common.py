@@ -1,12 +1,15 @@
-"""Pieces every trainer shares: per-token log-probs of a batch, and splitting a batch into micro-batches."""
+"""Pieces every trainer shares: bf16 autocast, micro-batches, LoRA, FSDP sharding and whole-model state dicts."""
 from __future__ import annotations
+
+import os
 
 import torch
 
 
 def native_bf16() -> bool:
     """Whether bf16 autocast pays here: a CUDA GPU with bf16, or a CPU whose oneDNN has bf16 kernels (AVX-512 and
-    up). Elsewhere bf16 is emulated: on an AVX2-only CPU a nano training step ran ~12x slower than in fp32."""
+    up). Elsewhere bf16 is emulated: on an AVX2-only CPU a nano training step is an order of magnitude slower than
+    in fp32."""
     if torch.cuda.is_available():
         return torch.cuda.is_bf16_supported()
     try:
@@ -18,31 +21,6 @@ def native_bf16() -> bool:
 def autocast(device_type: str, bf16: bool | None = None):
     """bf16 autocast when `bf16` is True, fp32 when False; None: bf16 where the hardware has it (`native_bf16`)."""
     return torch.autocast(device_type, dtype=torch.bfloat16, enabled=native_bf16() if bf16 is None else bf16)
-
-
-def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, temperature: float = 1.0,
-                   with_entropy: bool = False):
-    """logp[b, t] = log pi(input_ids[b, t] | input_ids[b, :t]) for t >= 1; logp[b, 0] = 0 (nothing predicts it).
-
-    Aligned with the token it scores, so `logp * loss_mask` picks exactly the sampled tokens. Logits are divided by
-    the sampling temperature: the ratio must compare the same distribution the engine sampled from.
-    With `with_entropy`, also returns the entropy of each predictive distribution (aligned the same way), with its
-    gradient.
-    """
-    # Right-padded rows need no mask under causal attention (a token never attends to the padding after it), and
-    # without one SDPA takes its fused causal kernel instead of materialising a [B, heads, T, T] mask.
-    right_padded = bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
-    logits = model(input_ids=input_ids, attention_mask=None if right_padded else attention_mask).logits
-    logits = logits[:, :-1].float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    logz = torch.logsumexp(logits, dim=-1)
-    picked = torch.gather(logits, -1, input_ids[:, 1:, None]).squeeze(-1)
-    logp = torch.nn.functional.pad(picked - logz, (1, 0))
-    if not with_entropy:
-        return logp
-    entropy = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)   # differentiable: an entropy bonus trains
-    return logp, torch.nn.functional.pad(entropy, (1, 0))
 
 
 def micro_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
@@ -68,7 +46,6 @@ def trim(batch: dict[str, torch.Tensor], rows: list[int]) -> dict[str, torch.Ten
 
 def set_threads(n: int = 0) -> int:
     """Torch threads: n, or all cores when n == 0. Returns the number set."""
-    import os
     n = n or os.cpu_count() or 1
     torch.set_num_threads(n)
     return n
@@ -79,7 +56,7 @@ def add_lora(model, r: int = 8, alpha: int | None = None, target_modules="all-li
     layer, A random and B zero, so the wrapped model starts out computing exactly what `model` did. Only A and B
     train. "all-linear" targets every linear layer except the output head. alpha defaults to 2 r (the RL trainer's
     LoRA, which the evaluation CLI rebuilds from a checkpoint's adapter shapes)."""
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig, get_peft_model   # importing peft takes seconds; only LoRA runs need it
     config = LoraConfig(r=r, lora_alpha=2 * r if alpha is None else alpha, target_modules=target_modules,
                         lora_dropout=dropout, task_type="CAUSAL_LM")
     return get_peft_model(model, config)
@@ -92,7 +69,7 @@ def merged_state_dict(model) -> dict[str, torch.Tensor]:
 
     The model is not modified (no merge/unmerge round trip, whose float rounding would drift the base weights a
     little at every sync)."""
-    from peft import PeftModel
+    from peft import PeftModel   # importing peft takes seconds: paid at the first weight sync, not at import
     from peft.tuners.lora import LoraLayer
     if not isinstance(model, PeftModel):
         return {k: v.detach() for k, v in model.state_dict().items()}
@@ -117,6 +94,7 @@ def shard(model, *, reshard_after_forward: bool = True, offload_policy=None):
     gives the others zeros. Gradients are SUMMED over processes in the backward's reduce-scatter (FSDP's default is
     their mean): the trainer's losses are already parts of one global sum, each divided by the token count of all
     processes."""
+    # torch.distributed's FSDP modules take seconds to import and only sharded runs need them
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
     from torch.distributed.fsdp import FSDPModule, OffloadPolicy, fully_shard
     first = torch.distributed.get_rank() == 0
@@ -140,13 +118,13 @@ def full_state_dict(model) -> dict[str, torch.Tensor]:
     """model.state_dict() with every sharded tensor whole, on the CPU, on every process: FSDP2's DTensors through
     full_tensor(), DeepSpeed ZeRO-3's partitions through GatheredParameters. One tensor is gathered at a time, so a
     device never holds a second whole copy of the model. Each gather is a collective: every process must call this."""
-    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import DTensor   # seconds to import; only sharded runs get here
     out = {}
     for name, t in model.state_dict(keep_vars=True).items():
         if isinstance(t, DTensor):
             t = t.full_tensor()
         elif hasattr(t, "ds_id"):   # a ZeRO-3 parameter: its data is this process's partition
-            import deepspeed
+            import deepspeed   # optional: installed only where ZeRO runs
             with deepspeed.zero.GatheredParameters([t]):
                 t = t.data.clone()
         out[name] = t.detach().cpu()

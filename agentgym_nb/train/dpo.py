@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from ..rollout.trajectory import ChatFormat, Trajectory, collate
-from .common import autocast, micro_batches, token_logprobs
+from ..algos.losses import token_logprobs
+from .common import autocast, micro_batches
 from .sft import PROMPT_TURNS, check_record, item_index, to_trajectory
 
 

@@ -14,29 +14,33 @@ One training step:
     5. sync      the new weights go into the engine, so the next rollout samples from the updated policy
 Everything that decides a step (its items, its horizon, its sampling seed, its mini-batch order) is a pure function
 of the step number and the config, so a run resumed from a checkpoint continues exactly as if never stopped.
+Saving and resuming are checkpoint.py's; the launch checks and the `--dry-run` plan are launch.py's.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import copy
 import json
 import os
 import random
-import shutil
 import time
-from dataclasses import asdict
 
 import torch
+from accelerate import Accelerator
 
 from .. import envs, models
 from ..algos import advantages as adv_fns
-from ..algos.losses import aggregate, explained_variance, kl_penalty, policy_loss, value_loss
-from ..config import RunConfig, item_pool, round_schedule
+from ..algos.losses import aggregate, explained_variance, kl_penalty, policy_loss, token_logprobs, value_loss
+from ..config import RunConfig, item_pool, make_config, round_schedule
+from ..evaluate.runner import evaluate
 from ..rollout.engine import SamplingParams, make_engine
 from ..rollout.runner import RolloutStats, run_episodes, write_rollout_log
 from ..rollout.trajectory import ChatFormat, collate
+from . import checkpoint
 from .common import (add_lora, full_state_dict, merged_state_dict, micro_batches, native_bf16, set_threads,
-                     shard, token_logprobs, trim)
+                     shard, trim)
+from .launch import check_rollout_tp, fsdp_settings, plan, sharding_of
 
 
 class Critic(torch.nn.Module):
@@ -46,7 +50,7 @@ class Critic(torch.nn.Module):
 
     def __init__(self, model_dir: str):
         super().__init__()
-        from transformers import AutoModel
+        from transformers import AutoModel   # a model class: importing it takes seconds
         self.body = AutoModel.from_pretrained(model_dir, dtype=torch.float32)
         self.head = torch.nn.Linear(self.body.config.hidden_size, 1)
         torch.nn.init.zeros_(self.head.weight)
@@ -65,8 +69,7 @@ SUMMED_METRICS = ("pg_loss", "kl", "entropy", "clip_frac", "value_loss", "value_
 
 class Trainer:
     def __init__(self, cfg: RunConfig, *, log=print):
-        from accelerate import Accelerator
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM   # a model class: importing it takes seconds
         self.cfg, self.log = cfg, log
         set_threads(cfg.threads)
         self.model_dir = models.resolve_config(cfg, log=log)
@@ -484,7 +487,6 @@ class Trainer:
     # ------------------------------------------------------------------------------------------- evaluation
     def evaluate(self, item_ids: list[int] | None = None, *, tag: str = "eval", n: int | None = None,
                  max_rounds: int | None = None) -> dict:
-        from ..evaluate import evaluate
         cfg = self.cfg
         item_ids = item_ids if item_ids is not None else self.test_items()
         params = SamplingParams(temperature=cfg.eval_temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
@@ -498,65 +500,23 @@ class Trainer:
         return result
 
     # ------------------------------------------------------------------------------------------- checkpoints
-    def checkpoint_dir(self, step: int) -> str:
-        return os.path.join(self.cfg.run_dir, "ckpt", f"step_{step:05d}")
-
     def save_checkpoint(self) -> str:
-        path = self.checkpoint_dir(self.step)
-        tmp = path + ".tmp"
-        main = self.accelerator.is_main_process
-        if main:
-            shutil.rmtree(tmp, ignore_errors=True)
-        self.accelerator.wait_for_everyone()
-        self.accelerator.save_state(tmp)   # every process: each saves its own random state
-        if self.sharding == "fsdp":
-            self._fsdp_state(tmp, load=False)
-        self.accelerator.wait_for_everyone()
-        if main:
-            with open(os.path.join(tmp, "trainer_state.json"), "w") as f:
-                json.dump({"step": self.step, "config": asdict(self.cfg)}, f)
-            shutil.rmtree(path, ignore_errors=True)
-            os.replace(tmp, path)   # a checkpoint is complete or absent, never half-written
-            for old in sorted(os.listdir(os.path.dirname(path)))[:-2]:
-                shutil.rmtree(os.path.join(os.path.dirname(path), old), ignore_errors=True)
-        self.accelerator.wait_for_everyone()
-        return path
+        return checkpoint.save(self.accelerator, self.cfg, self.step, self._sharded())
 
-    def _fsdp_state(self, path: str, *, load: bool) -> None:
-        """Save or load the sharded models and optimizers, every process writing or reading its own shards
-        (torch.distributed.checkpoint; accelerate's save_state only knows the models it prepared itself)."""
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    def _sharded(self) -> dict | None:
+        """{name: (model, optimizer)} of what FSDP shards (accelerate's save_state does not know it), else None."""
+        if self.sharding != "fsdp":
+            return None
         pairs = {"policy": (self.model, self.optimizer)}
         if self.critic is not None:
             pairs["critic"] = (self.critic, self.critic_optimizer)
-        state = {name: dict(zip(("model", "optim"), get_state_dict(m, o))) for name, (m, o) in pairs.items()}
-        if not load:
-            dcp.save(state, checkpoint_id=os.path.join(path, "fsdp"))
-            return
-        dcp.load(state, checkpoint_id=os.path.join(path, "fsdp"))
-        for name, (m, o) in pairs.items():
-            set_state_dict(m, o, model_state_dict=state[name]["model"], optim_state_dict=state[name]["optim"])
+        return pairs
 
     def _resume(self) -> None:
-        ckpt_root = os.path.join(self.cfg.run_dir, "ckpt")
-        done = sorted(d for d in os.listdir(ckpt_root) if not d.endswith(".tmp")) if os.path.isdir(ckpt_root) else []
-        metrics_path = os.path.join(self.cfg.run_dir, "metrics.jsonl")
-        if not done:
-            if os.path.exists(metrics_path) and self.accelerator.is_main_process:
-                os.remove(metrics_path)   # a fresh run: earlier metrics without a checkpoint are stale
+        resumed = checkpoint.resume(self.accelerator, self.cfg.run_dir, self._sharded())
+        if resumed is None:
             return
-        path = os.path.join(ckpt_root, done[-1])
-        self.accelerator.load_state(path)
-        if self.sharding == "fsdp":
-            self._fsdp_state(path, load=True)
-        with open(os.path.join(path, "trainer_state.json")) as f:
-            self.step = json.load(f)["step"]
-        with open(metrics_path) as f:   # keep the metrics of the steps the checkpoint contains, drop the rest
-            self.history = [m for m in map(json.loads, f) if m["step"] <= self.step]
-        if self.accelerator.is_main_process:
-            with open(metrics_path, "w") as f:
-                f.writelines(json.dumps(m) + "\n" for m in self.history)
+        self.step, self.history, path = resumed
         self.sync_engine()
         self.log(f"resumed {self.cfg.name} from step {self.step} ({path})")
 
@@ -597,215 +557,10 @@ def _share_constant_groups(scores: torch.Tensor, group: torch.Tensor) -> float:
     return sum(constant) / len(constant)
 
 
-# ------------------------------------------------------------------------------------------ several processes
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LAUNCH_CONFIGS = os.path.join(REPO, "configs", "accelerate")
-
-
-def sharding_of(accelerator) -> str:
-    """How the `accelerate launch` config splits the model over processes: "deepspeed" (ZeRO), "fsdp" (FSDP2),
-    "ddp" (a whole replica per process) or "none" (one process). Accelerate turns an FSDP config into DDP when there
-    is no GPU, but FSDP2 itself runs on gloo: the launcher's request (ACCELERATE_USE_FSDP) is honoured on CPUs too."""
-    from accelerate.utils import DistributedType
-    if accelerator.distributed_type == DistributedType.DEEPSPEED:
-        return "deepspeed"
-    if accelerator.distributed_type == DistributedType.FSDP or (
-            accelerator.num_processes > 1 and os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true"):
-        return "fsdp"
-    return "ddp" if accelerator.num_processes > 1 else "none"
-
-
-def fsdp_settings(accelerator) -> dict:
-    """`shard`'s options from the launch config's fsdp_config (accelerate's own reading of it)."""
-    from accelerate.utils import FullyShardedDataParallelPlugin
-    plugin = getattr(accelerator.state, "fsdp_plugin", None) or FullyShardedDataParallelPlugin()
-    if plugin.fsdp_version != 2:
-        raise ValueError(f"fsdp_version {plugin.fsdp_version}: the trainer shards with FSDP2 (fully_shard); set "
-                         "fsdp_version: 2 in the accelerate config")
-    if plugin.activation_checkpointing:
-        raise ValueError("fsdp_activation_checkpointing: set gradient_checkpointing=True in the run config instead "
-                         "(it applies under every launch config) and fsdp_activation_checkpointing: false")
-    return dict(reshard_after_forward=plugin.reshard_after_forward, offload_policy=plugin.cpu_offload)
-
-
-def check_rollout_tp(tp: int, processes: int, gpus: int | None) -> None:
-    """Every trainer process owns one engine on its own device, so a tensor-parallel engine (tp devices) needs a
-    one-process launch, and tp must divide the GPUs the process sees (None: unknown or CPU)."""
-    if tp == 1:
-        return
-    if processes > 1:
-        raise ValueError(f"rollout_tp={tp} with {processes} trainer processes: each process owns one engine on its "
-                         f"own GPU. Use rollout_tp=1 (as the paper's scripts do) or a one-process launch")
-    if gpus is not None and gpus % tp:
-        raise ValueError(f"rollout_tp={tp} must divide the number of GPUs ({gpus})")
-
-
-def launch_config_path(name: str) -> str:
-    """A launch config by path, or by name in configs/accelerate ("fsdp_8gpu")."""
-    if os.path.isfile(name):
-        return name
-    path = os.path.join(LAUNCH_CONFIGS, name if name.endswith(".yaml") else name + ".yaml")
-    if os.path.isfile(path):
-        return path
-    names = sorted(f[:-5] for f in os.listdir(LAUNCH_CONFIGS) if f.endswith(".yaml")) \
-        if os.path.isdir(LAUNCH_CONFIGS) else []
-    raise ValueError(f"launch_config {name!r} is neither a file nor one of {names} in {LAUNCH_CONFIGS}")
-
-
-def check_launch(path: str, cfg: RunConfig) -> dict:
-    """Read an accelerate launch config as `accelerate launch` does and check it against the run. Every key must be
-    one accelerate knows (the launcher silently ignores a misspelt fsdp_config or deepspeed_config key); FSDP must
-    be version 2; a DeepSpeed JSON must clip at grad_clip and leave the accumulation boundary to the trainer; every
-    process needs a prompt per step. Returns processes, sharding and what the plan shows of it."""
-    from accelerate.commands.config.config_args import load_config_from_file
-    from accelerate.commands.launch import launch_command_parser
-    launch = load_config_from_file(path)   # raises on an unknown top-level key
-    options = {action.dest for action in launch_command_parser()._actions}
-    for section, prefix in (("fsdp_config", "fsdp_"), ("deepspeed_config", "")):
-        for key in getattr(launch, section, None) or {}:
-            if (key if key.startswith(prefix) else prefix + key) not in options:
-                raise ValueError(f"{path}: {section}.{key} is not an accelerate option (see `accelerate launch "
-                                 "--help`)")
-    processes = launch.num_processes * launch.num_machines
-    kind = getattr(launch.distributed_type, "value", str(launch.distributed_type))
-    sharding = {"FSDP": "fsdp", "DEEPSPEED": "deepspeed"}.get(kind, "ddp" if processes > 1 else "none")
-    out = dict(processes=processes, sharding=sharding, detail="")
-    if sharding == "fsdp":
-        fsdp = {k if k.startswith("fsdp_") else "fsdp_" + k: v for k, v in launch.fsdp_config.items()}
-        if int(fsdp.get("fsdp_version", 1)) != 2:
-            raise ValueError(f"{path}: fsdp_version must be 2 (the trainer shards with FSDP2's fully_shard)")
-        if fsdp.get("fsdp_activation_checkpointing"):
-            raise ValueError(f"{path}: fsdp_activation_checkpointing must be false: the run config's "
-                             "gradient_checkpointing does it under every launch config")
-        offload = " + parameters offloaded to the CPU" if fsdp.get("fsdp_offload_params") else ""
-        out["detail"] = f"FSDP2 full shard{offload} (policy, its gradients and Adam state; the reference)"
-    if sharding == "deepspeed":
-        ds_file = (launch.deepspeed_config or {}).get("deepspeed_config_file")
-        if not ds_file:
-            raise ValueError(f"{path}: the trainer needs a deepspeed_config_file (it sets "
-                             "train_micro_batch_size_per_gpu, which accelerate cannot infer without a dataloader)")
-        with open(ds_file if os.path.isfile(ds_file) else os.path.join(REPO, ds_file)) as f:   # launched from REPO
-            ds = json.load(f)
-        if ds.get("gradient_clipping") != cfg.grad_clip:
-            raise ValueError(f"{ds_file}: gradient_clipping {ds.get('gradient_clipping')} != grad_clip "
-                             f"{cfg.grad_clip} of the run (DeepSpeed clips inside its engine)")
-        if ds.get("gradient_accumulation_steps") not in (1, "auto"):
-            raise ValueError(f"{ds_file}: gradient_accumulation_steps must be 1 or auto: the trainer marks the last "
-                             "micro-batch of each mini-batch as the boundary itself")
-        if not isinstance(ds.get("train_micro_batch_size_per_gpu"), int):
-            raise ValueError(f"{ds_file}: train_micro_batch_size_per_gpu must be an integer")
-        if ds.get("bf16", {}).get("enabled") not in ("auto", cfg.bf16):
-            raise ValueError(f"{ds_file}: bf16.enabled must be 'auto' or {cfg.bf16} (the run's bf16)")
-        zero = ds.get("zero_optimization", {})
-        out["detail"] = (f"DeepSpeed ZeRO-{zero.get('stage', 0)} (policy, its gradients and Adam state); the "
-                         f"reference a bf16 copy per GPU")
-    if sharding == "ddp":
-        out["detail"] = "DDP (a whole replica per process, gradients summed once per mini-batch)"
-    if cfg.prompts_per_step * cfg.oversample < processes:
-        raise ValueError(f"{processes} processes but {cfg.prompts_per_step * cfg.oversample} prompts per step: "
-                         "every process plays its share of the prompts and needs at least one")
-    check_rollout_tp(cfg.rollout_tp, processes, None)
-    return out
-
-
-# The paper's models, from their config.json, so a run can be planned without the weights.
-KNOWN_SHAPES = {
-    "Qwen/Qwen2.5-7B-Instruct": dict(params=7.62e9, embeddings=2 * 152064 * 3584, vocab=152064, hidden=3584,
-                                     layers=28, kv_dim=4 * 128),
-    "Qwen/Qwen2.5-3B-Instruct": dict(params=3.09e9, embeddings=151936 * 2048, vocab=151936, hidden=2048,
-                                     layers=36, kv_dim=2 * 128),
-}
-GPU_GB = 80   # an A100/H100 80 GB, the GPUs of an 8-GPU AgentGym-RL run
-
-
-def memory_per_gpu(cfg: RunConfig, shape: dict, processes: int, sharding: str) -> dict[str, float]:
-    """Estimated GB (1e9 bytes) one process needs on its GPU, full fine-tuning, P parameters, t = micro_batch_tokens:
-        policy       16 P: fp32 weights, gradients and Adam's two moments (/ processes under fsdp and deepspeed)
-        reference    4 P fp32 (/ processes under fsdp); 2 P under deepspeed (a bf16 copy); 0 without KL
-        gathered     the units in flight, two blocks and the root (embeddings and head): fp32 under fsdp, bf16
-                     under deepspeed
-        activations  with gradient checkpointing each block's bf16 input, 2 t h per block, plus one block's
-                     internals, ~34 t h (Korthikanti et al. 2022, flash attention); without, 34 t h per block
-        logits       14 t V: bf16 logits, their fp32 copy, the entropy's softmax and the fp32 gradient
-        vllm         2 P / rollout_tp (bf16 weights), and its KV cache kv_cache_gib"""
-    P, t, h, layers = shape["params"], cfg.micro_batch_tokens, shape["hidden"], shape["layers"]
-    split = processes if sharding in ("fsdp", "deepspeed") else 1
-    reference = 0 if cfg.kl_coef == 0 else 2 * P if sharding == "deepspeed" else 4 * P / (
-        processes if sharding == "fsdp" else 1)
-    block = (P - shape["embeddings"]) / layers
-    act = 2 * t * h * layers + 34 * t * h if cfg.gradient_checkpointing else 34 * t * h * layers
-    parts = {"policy": 16 * P / split, "reference": reference,
-             "gathered": {"fsdp": 4, "deepspeed": 2}.get(sharding, 0) * (2 * block + shape["embeddings"]),
-             "activations": act, "logits": 14 * t * shape["vocab"],
-             "vLLM weights": 2 * P / cfg.rollout_tp, "KV cache": cfg.kv_cache_gib * 2**30}
-    return {k: v / 1e9 for k, v in parts.items() if v}
-
-
-def launch_plan(cfg: RunConfig) -> list[str]:
-    """The plan's lines about processes, sharding, rollout engines and memory per GPU."""
-    engines = f"vLLM tensor parallel {cfg.rollout_tp}, KV cache {cfg.kv_cache_gib:g} GiB"
-    if cfg.launch_config is None:
-        return [f"launch: one process (python -m agentgym_nb.train.rl), or any configs/accelerate/*.yaml ({engines})"]
-    path = launch_config_path(cfg.launch_config)
-    launch = check_launch(path, cfg)
-    processes = launch["processes"]
-    share = cfg.prompts_per_step * cfg.oversample / processes
-    lines = [f"launch: accelerate launch --config_file {os.path.relpath(path)} -m agentgym_nb.train.rl --env "
-             f"{cfg.env} --preset {cfg.preset}",
-             f"  {processes} process{'es' if processes > 1 else ''}: {launch['detail'] or 'no sharding'}; each plays "
-             f"~{share:g} prompts a step and runs its own engine ({engines})"]
-    shape = KNOWN_SHAPES.get(cfg.model)
-    if shape and not cfg.lora_rank:
-        parts = memory_per_gpu(cfg, shape, processes, launch["sharding"])
-        total = sum(parts.values())
-        verdict = "fits" if total <= GPU_GB else "does NOT fit: shard, or lower micro_batch_tokens or kv_cache_gib"
-        lines.append("  memory per GPU (estimate, GB): " + " + ".join(f"{k} {v:.1f}" for k, v in parts.items())
-                     + f" = {total:.0f} of {GPU_GB}: {verdict}")
-    return lines
-
-
-# ----------------------------------------------------------------------------------------------------- command line
-def plan(cfg: RunConfig) -> str:
-    """What a run of `cfg` will do, without building anything (the `--dry-run` / `dry_run=True` output)."""
-    schedule = round_schedule(cfg)
-    stages, start = [], 1
-    if cfg.schedule == "adaptive":   # its horizons follow the metrics the run will log
-        stages.append(f"H={' -> '.join(map(str, cfg.rounds))}, the next one once the mean {cfg.adaptive_metric} of "
-                      f"the last {cfg.adaptive_patience} steps is >= {cfg.adaptive_threshold:g}, after at least "
-                      f"{max(cfg.adaptive_min_steps, cfg.adaptive_patience)} steps at the current one")
-    else:
-        for step in range(1, cfg.steps + 1):   # contiguous step ranges with the same horizon
-            if step == cfg.steps or schedule.rounds_at(step + 1) != schedule.rounds_at(step):
-                stages.append(f"steps {start}-{step}: H={schedule.rounds_at(step)}")
-                start = step + 1
-    train, test = item_pool(cfg, "train"), item_pool(cfg, "test")
-    episodes = cfg.prompts_per_step * cfg.oversample * cfg.samples_per_prompt
-    urls = [cfg.env_url] if isinstance(cfg.env_url, str) else cfg.env_url or []
-    local = models.is_available(cfg.model)
-    lines = [
-        f"run {cfg.name!r}: {cfg.algorithm} on {cfg.env} with {cfg.model} ({cfg.preset} preset) -> {cfg.run_dir}",
-        f"model: {'found locally' if local else 'NOT available offline: put it in the HF cache or pass a path'}",
-        f"items: {len(train)} train, {len(test)} test (eval on {min(cfg.eval_items, len(test))}, H={cfg.eval_rounds})",
-        f"each step: {cfg.prompts_per_step * cfg.oversample} prompts x {cfg.samples_per_prompt} episodes = "
-        f"{episodes} episodes, <= {cfg.max_tokens} tokens per reply, <= {cfg.max_total_tokens} per trajectory",
-        f"update: {cfg.ppo_epochs} epoch(s) x {cfg.mini_batches} mini-batches, lr {cfg.lr:g}, clip {cfg.clip_ratio}, "
-        f"KL {cfg.kl_type} x {cfg.kl_coef:g} ({'in the reward' if cfg.kl_in_reward else 'loss'}), "
-        f"entropy x {cfg.entropy_coef:g}, {'LoRA r=%d' % cfg.lora_rank if cfg.lora_rank else 'full fine-tuning'}, "
-        f"{'bf16 autocast' if cfg.bf16 else 'fp32'}",
-        f"horizon ({cfg.schedule}): " + "; ".join(stages),
-        f"total: {cfg.steps} steps, {cfg.steps * episodes:,} episodes, checkpoint every {cfg.save_every} steps",
-        f"engine: {cfg.engine}; env: {', '.join(urls) or 'in-process'}",
-        *launch_plan(cfg),
-    ]
-    return "\n".join(lines)
-
-
 def main(argv=None) -> None:
     """python -m agentgym_nb.train.rl --env babyai --preset cpu [--dry-run] [key=value ...]
     Under `accelerate launch --config_file configs/accelerate/ddp_cpu_2proc.yaml -m agentgym_nb.train.rl ...` every
     process plays its share of the items and the gradients are summed."""
-    import argparse
-    from ..config import make_config
     p = argparse.ArgumentParser(prog="python -m agentgym_nb.train.rl", description="Online RL for a multi-turn agent.")
     p.add_argument("--env", default="babyai")
     p.add_argument("--preset", default=None, help="smoke, cpu or paper (default: $AGENTGYM_NB_PRESET, else cpu)")

@@ -15,7 +15,11 @@ import json
 import os
 import shutil
 
+from tqdm.auto import tqdm
+
 from ..config import RunConfig, make_config
+from .checkpoint import checkpoint_dir
+from .rl import Trainer
 
 NOT_LEARNING = ("name", "out_dir", "threads")   # settings that do not change what a run learns
 SCHEDULES = ("fixed", "stepwise", "adaptive")
@@ -76,7 +80,7 @@ def run_config(schedule: str, rounds: list[int], *, algorithm: str, seed: int, s
 
 def finished(cfg: RunConfig) -> bool:
     files = [os.path.join(cfg.run_dir, f) for f in ("eval_start.json", "eval_final.json", "metrics.jsonl")]
-    return all(map(os.path.exists, files)) and os.path.isdir(os.path.join(cfg.run_dir, "ckpt", f"step_{cfg.steps:05d}"))
+    return all(map(os.path.exists, files)) and os.path.isdir(checkpoint_dir(cfg.run_dir, cfg.steps))
 
 
 def identical_finished_run(cfg: RunConfig) -> str | None:
@@ -86,7 +90,7 @@ def identical_finished_run(cfg: RunConfig) -> str | None:
         run_dir = os.path.dirname(path)
         with open(path) as f:
             same = learning_settings(json.load(f)) == want
-        if same and os.path.isdir(os.path.join(run_dir, "ckpt", f"step_{cfg.steps:05d}")):
+        if same and os.path.isdir(checkpoint_dir(run_dir, cfg.steps)):
             return os.path.basename(run_dir)
     return None
 
@@ -95,10 +99,6 @@ def train_or_load(cfg: RunConfig, *, fresh: bool = False, desc: str | None = Non
     """Evaluate the starting policy, train, evaluate again (held-out items, the config's eval settings); or, when
     outputs/runs/<name> already holds that finished run, just read it. An interrupted run resumes from its last
     checkpoint. Returns {"name", "cfg", "history" (metrics per step), "start" and "final" (evaluation summaries)}."""
-    from tqdm.auto import tqdm
-
-    from .rl import Trainer
-
     def path(f):
         return os.path.join(cfg.run_dir, f)
 

@@ -22,7 +22,8 @@ import time
 import torch
 
 from ..rollout.trajectory import PROMPT, ChatFormat, Trajectory, collate
-from .common import autocast, merged_state_dict, micro_batches, token_logprobs, trim
+from ..algos.losses import sft_loss, token_logprobs
+from .common import autocast, micro_batches, trim
 
 SPEAKERS = {"human": "user", "gpt": "assistant"}     # AgentGym's `from` -> chat-template role
 PROMPT_TURNS = 3                                      # instruction, acknowledgement, first observation
@@ -154,14 +155,6 @@ def trajectory_record(traj: Trajectory, env: str) -> dict:
 
 # --------------------------------------------------------------------------------------------------- training
 
-def sft_loss(logp: torch.Tensor, loss_mask: torch.Tensor, num_tokens: int) -> torch.Tensor:
-    """- sum_{b,t} loss_mask[b,t] * logp[b,t] / num_tokens.
-
-    `num_tokens` is the trainable-token count of the whole optimizer step, so the micro-batch losses of a step
-    add up to its token mean whatever the micro-batch split."""
-    return -(logp * loss_mask).sum() / max(num_tokens, 1)
-
-
 def sft(model, trajectories: list[Trajectory], chat: ChatFormat, *, epochs: int = 1, batch_size: int = 32,
         micro_batch_tokens: int = 8192, lr: float = 1e-5, weight_decay: float = 0.0, grad_clip: float = 1.0,
         bf16: bool | None = None, seed: int = 0, log=print) -> list[dict]:
@@ -212,79 +205,3 @@ def _sft_step(model, params, opt, batch, micro_batch_tokens: int, grad_clip: flo
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
     opt.step()
     return total, grad_norm
-
-
-# ------------------------------------------------------------------------------------ behaviour cloning (nano)
-
-def behaviour_cloning(model, demos: list[Trajectory], chat: ChatFormat, *, env_name: str, max_steps: int,
-                      engine=None,
-                      batch_tokens: int = 12288, lr: float = 2e-3, check_every: int = 100, val_items: list[int] = (),
-                      max_envs: int = 64,
-                      target_success: float = 1.1, max_rounds: int = 6, max_tokens: int = 48,
-                      max_total_tokens: int = 2048,
-                      bf16: bool | None = None, seed: int = 0, lr_decay: bool = False,
-                      log=print) -> list[dict]:
-    """Clone `demos`; every `check_every` steps sample (T=1, `max_tokens` per reply) episodes on `val_items` with
-    `engine` (after syncing the current weights into it; default: an HFEngine on the model itself) and stop once
-    the success rate reaches `target_success`. The learning rate warms up over 20 steps and stays at `lr`, or with
-    `lr_decay` falls linearly from `lr` to 0 over `max_steps`. Returns the history of checks."""
-    from .. import envs
-    from ..evaluate import evaluate
-    from ..rollout.engine import HFEngine, SamplingParams
-    shares_model = engine is None   # an engine on the model itself samples the current weights without a sync
-    if shares_model:
-        engine = HFEngine(model=model, tokenizer=chat.tokenizer, seed=seed)
-    rng = random.Random(seed)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: cloning_lr_factor(s, max_steps, lr_decay))
-    pad = chat.tokenizer.pad_token_id
-    history, t0, losses = [], time.time(), []
-    for step in range(1, max_steps + 1):
-        model.train()
-        batch = collate(_similar_lengths(demos, batch_tokens, rng), pad)
-        with autocast("cpu", bf16):
-            logp = token_logprobs(model, batch["input_ids"], batch["attention_mask"])
-        loss = sft_loss(logp, batch["loss_mask"], int(batch["loss_mask"].sum()))
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-        if step % check_every == 0 or step == max_steps:
-            model.eval()
-            if not shares_model:
-                engine.load_weights(merged_state_dict(model).items())
-            result = evaluate(engine, lambda: envs.make(env_name), list(val_items), chat, max_rounds=max_rounds,
-                              params=SamplingParams(temperature=1.0, max_tokens=max_tokens, seed=seed),
-                              max_total_tokens=max_total_tokens, max_concurrency=max_envs)
-            record = {"step": step, "loss": sum(losses) / len(losses), "val_success": result["success"],
-                      "seconds": round(time.time() - t0, 1)}
-            history.append(record)
-            losses = []
-            log(f"bc step {step}: loss {record['loss']:.3f}, validation success {record['val_success']:.2f} "
-                f"({record['seconds']:.0f}s)")
-            if result["success"] >= target_success:
-                break
-    model.eval()
-    return history
-
-
-def cloning_lr_factor(step: int, max_steps: int, decay: bool) -> float:
-    """The learning rate of cloning step `step` (0-based) as a share of the peak:
-    decay: 1 - step / max_steps (linear to 0); otherwise min(1, (step + 1) / 20) (20 warm-up steps, then constant)."""
-    return 1 - step / max_steps if decay else min(1.0, (step + 1) / 20)
-
-
-def _similar_lengths(demos: list[Trajectory], batch_tokens: int, rng: random.Random) -> list[Trajectory]:
-    """A random batch of similar lengths filling `batch_tokens` (rows x longest row): sample 64 demos, sort them by
-    length, and take a contiguous run from a random start. Padding is compute spent on nothing."""
-    pool = sorted(rng.sample(demos, min(64, len(demos))), key=lambda t: len(t.input_ids))
-    start = rng.randrange(len(pool))
-    batch = [pool[start]]
-    for t in pool[start + 1:]:
-        if (len(batch) + 1) * len(t.input_ids) > batch_tokens:
-            break
-        batch.append(t)
-    return batch

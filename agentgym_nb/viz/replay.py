@@ -81,7 +81,7 @@ class Replay:
     ALL = "all"
 
     def __init__(self, source, *, pattern: str = "*.jsonl"):
-        import ipywidgets as w
+        import ipywidgets as w   # the viewer's alone: headless readers of rollout logs need not load IPython
         if isinstance(source, str):
             source = [source]
         records = [r for run in source for r in load_rollouts(run, pattern)] if source and isinstance(source[0], str) \

@@ -1,0 +1,168 @@
+"""The numbers of an evaluation: unbiased pass@k and pass^k, confidence intervals, and the summary of episode
+records overall and per category. Pure functions of counts and scores (numpy only).
+
+For one test item sampled n times with c successes (the env's own predicate `env.success(reward)`: BabyAI reward > 0,
+TextCraft reward 1, SciWorld score 100, SearchQA exact match, WebArena evaluator 1; never "score > 0"):
+pass@k is the chance that at least one of k samples drawn without replacement succeeds, pass^k the chance that all
+k do. Averaged over items they are the reported numbers. AgentGym-RL's own "Pass@K" (share of items whose best score
+is above 0) is kept as `agentgym_pass@n` to show how far it is from both.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """pass@k = 1 - C(n - c, k) / C(n, k) (unbiased, Chen et al. 2021).
+
+    Computed as 1 - prod_{i = n-c+1}^{n} (1 - k / i), which avoids huge binomials; 1 when n - c < k.
+    """
+    _check_counts(n, c, k)
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """pass^k = C(c, k) / C(n, k) = prod_{i=0}^{k-1} (c - i) / (n - i): the chance that k samples all succeed."""
+    _check_counts(n, c, k)
+    return math.prod((c - i) / (n - i) for i in range(k))
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval for a success rate p = successes / n:
+
+    (p + z^2 / 2n +- z * sqrt(p (1 - p) / n + z^2 / 4n^2)) / (1 + z^2 / n). Unlike p +- z*se it stays inside [0, 1]
+    and is not empty at p = 0 or 1.
+    """
+    if n < 1 or not 0 <= successes <= n:
+        raise ValueError(f"need n >= 1 and 0 <= successes <= n, got successes={successes}, n={n}")
+    p = successes / n
+    denom = 1 + z * z / n
+    center = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    # the interval always holds p; at p = 0 or 1 the bound equals p only up to rounding (0/27: lo = 6.9e-18)
+    return min(p, max(0.0, center - half)), max(p, min(1.0, center + half))
+
+
+def mean_ci(values: Sequence[float], z: float = 1.96) -> tuple[float, float]:
+    """Normal-approximation interval for a mean: mean +- z * s / sqrt(n), s the unbiased standard deviation."""
+    values = [float(v) for v in values]
+    n = len(values)
+    if n < 2:
+        raise ValueError(f"mean_ci needs at least 2 values, got {n}")
+    mean = sum(values) / n
+    s = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    return mean - z * s / math.sqrt(n), mean + z * s / math.sqrt(n)
+
+
+def _check_counts(n: int, c: int, k: int) -> None:
+    if not 1 <= k <= n:
+        raise ValueError(f"need 1 <= k <= n (k samples drawn from n), got n={n}, k={k}")
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 <= c <= n (c successes among n samples), got n={n}, c={c}")
+
+
+def avg_at_k(scores: Sequence[float]) -> float:
+    """avg@k: the mean score over the k samples of an item (AgentGym-RL's Avg@K, averaged over items by the caller)."""
+    if not scores:
+        raise ValueError("avg_at_k needs at least one score")
+    return sum(scores) / len(scores)
+
+
+def bootstrap_weights(m: int, *, resamples: int = 2000, seed: int = 0) -> np.ndarray:
+    """W[r, i] = how often item i is drawn in resample r (m draws with replacement): a [resamples, m] count matrix.
+    A statistic over a resample is then a weighted one over the original items (no copies of the data)."""
+    if m < 1 or resamples < 1:
+        raise ValueError(f"bootstrap needs m >= 1 items and resamples >= 1, got m={m}, resamples={resamples}")
+    return np.random.default_rng(seed).multinomial(m, np.full(m, 1.0 / m), size=resamples)
+
+
+def bootstrap_ci(values: Sequence[float], *, resamples: int = 2000, seed: int = 0,
+                 level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean over items: resample the items with replacement `resamples` times
+    and take the (1 - level)/2 and (1 + level)/2 quantiles of the resampled means. Items, not episodes, are the unit:
+    the n samples of one item are not independent draws of the population."""
+    v = np.asarray(values, dtype=float)
+    w = bootstrap_weights(len(v), resamples=resamples, seed=seed)
+    return _quantiles(w @ v / len(v), level)
+
+
+def _quantiles(stats: np.ndarray, level: float) -> tuple[float, float]:
+    lo, hi = np.nanquantile(stats, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+def summarize(records: list[dict], *, n: int, ks: Sequence[int] | None = None, max_rounds: int | None = None,
+              resamples: int = 2000, seed: int = 0, level: float = 0.95) -> dict:
+    """Summary of episode records (dicts with position, category, reward, success, failed, num_rounds, truncated),
+    overall and per category. Deterministic: the same records give the same summary, whatever order they came in.
+
+    items          items with at least one episode the env did not fail (`failed` counts the failed episodes)
+    success        successful episodes / episodes, with a Wilson interval (`success_ci`, treats episodes as
+                   independent: exact for n = 1) and a bootstrap interval over items (`success_ci_bootstrap`)
+    pass@k, pass^k averaged over the items that have all n episodes (env failures excluded), bootstrap `_ci`
+    avg@n          mean score over items and samples (AgentGym-RL's Avg@K; SciWorld: 0-100)
+    agentgym_pass@n share of items whose best score is > 0 (AgentGym-RL's Pass@K: biased, not a success rate)
+    """
+    ks = list(range(1, n + 1)) if ks is None else list(ks)
+    for k in ks:
+        _check_counts(n, 0, k)
+    if not records:
+        raise ValueError("summarize needs at least one episode record")
+    ok = [r for r in records if not r["failed"]]
+    if not ok:
+        raise RuntimeError(f"every evaluation episode failed in the env; first error: {records[0]['failed']}")
+    out = _block(records, n=n, ks=ks, resamples=resamples, seed=seed, level=level)
+    out.update(n=n, k=ks, max_rounds=max_rounds, bootstrap={"resamples": resamples, "seed": seed, "level": level})
+    categories = sorted({r["category"] for r in records})
+    out["by_category"] = {cat: _block([r for r in records if r["category"] == cat], n=n, ks=ks,
+                                      resamples=resamples, seed=seed, level=level) for cat in categories}
+    return out
+
+
+def _block(records: list[dict], *, n: int, ks: list[int], resamples: int, seed: int, level: float) -> dict:
+    items: dict[int, list[dict]] = {}
+    for r in records:
+        items.setdefault(r["position"], [])
+        if not r["failed"]:
+            items[r["position"]].append(r)
+    failed = sum(1 for r in records if r["failed"])
+    eps = [e for _, group in sorted(items.items()) for e in group]
+    if not eps:
+        return {"items": 0, "episodes": 0, "failed": failed}
+    rows = [group for _, group in sorted(items.items()) if group]
+    wins = np.array([sum(e["success"] for e in g) for g in rows], dtype=float)
+    tries = np.array([len(g) for g in rows], dtype=float)
+    weights = bootstrap_weights(len(rows), resamples=resamples, seed=seed)   # one set of resamples for every number
+    out = {"items": len(rows), "episodes": len(eps), "failed": failed,
+           "success": float(wins.sum() / tries.sum()),
+           "success_ci": list(wilson_interval(int(wins.sum()), int(tries.sum()))),
+           "success_ci_bootstrap": list(_quantiles((weights @ wins) / (weights @ tries), level)),
+           "mean_reward": _mean(e["reward"] for e in eps), f"avg@{n}": _mean(e["reward"] for e in eps),
+           "mean_turns": _mean(e["num_rounds"] for e in eps), "truncated": _mean(e["truncated"] for e in eps)}
+    full = np.array([len(g) == n for g in rows])
+    out["pass_items"] = int(full.sum())
+    if not full.any():
+        return out
+    w_full = weights[:, full]
+    counts = [int(c) for c, f in zip(wins, full) if f]
+    best_above_zero = [float(max(e["reward"] for e in g) > 0) for g, f in zip(rows, full) if f]
+    columns = {f"pass@{k}": [pass_at_k(n, c, k) for c in counts] for k in ks}
+    columns.update({f"pass^{k}": [pass_hat_k(n, c, k) for c in counts] for k in ks})
+    columns[f"agentgym_pass@{n}"] = best_above_zero
+    with np.errstate(invalid="ignore", divide="ignore"):   # a resample without any full item gives nan, dropped
+        for name, values in columns.items():
+            v = np.asarray(values)
+            out[name] = float(v.mean())
+            if not name.startswith("agentgym"):
+                out[f"{name}_ci"] = list(_quantiles((w_full @ v) / w_full.sum(1), level))
+    return out
+
+
+def _mean(xs) -> float:
+    xs = [float(x) for x in xs]
+    return math.fsum(xs) / len(xs)   # exactly rounded, so the order records arrive in cannot change a digit
