@@ -208,3 +208,24 @@ def test_lora_trains_adapters_only_and_the_engine_samples_the_merged_model(tmp_p
     peft_out = HFEngine(model=model, tokenizer=trainer.tokenizer).generate(ids, greedy)
     assert [c.token_ids for c in engine_out] == [c.token_ids for c in peft_out]
     assert max(abs(a - b) for c, d in zip(engine_out, peft_out) for a, b in zip(c.logprobs, d.logprobs)) < 1e-4
+
+
+def test_an_adaptive_schedule_watching_success_in_reach_gets_it_every_step(tmp_path, nano_dir, monkeypatch):
+    """success_in_reach: success over the step's episodes whose item the expert solves within the horizon (the
+    expert's turns, played once per item and cached under the outputs folder)."""
+    monkeypatch.setenv("AGENTGYM_NB_OUTPUTS", str(tmp_path))
+    from agentgym_nb import envs
+    trainer = Trainer(smoke_config(tmp_path, "reach", engine="hf", schedule="adaptive", rounds=[1, 2],
+                                   adaptive_metric="success_in_reach", adaptive_min_steps=1, adaptive_patience=1,
+                                   train_items=[0, 5]),   # levels 0-4: the expert needs one turn
+                      log=lambda *a: None)
+    try:
+        m = trainer.train_step()
+        items = trainer.items_for_step(1)
+        reach = envs.expert_turns("babyai", items)
+        assert (tmp_path / "data" / "babyai" / "expert_turns.json").exists()
+        played = [json.loads(line) for line in open(os.path.join(trainer.cfg.run_dir, "rollouts", "step_00001.jsonl"))]
+        within = [e["success"] for e in played if reach[e["item_id"]] is not None and reach[e["item_id"]] <= 1]
+        assert within and m["success_in_reach"] == pytest.approx(sum(within) / len(within))
+    finally:
+        trainer.close()
