@@ -1,10 +1,10 @@
 """Evaluation a reviewer can trust: unbiased pass@k and pass^k, bootstrap intervals over items, per-category results
-(`metrics`), resumable runs (`runner`), the paper's reported numbers as data (`paper`), and the command line (`cli`:
-python -m agentgym_nb.evaluate)."""
-from .metrics import (avg_at_k, bootstrap_ci, bootstrap_weights, mean_ci, pass_at_k, pass_hat_k, summarize,
-                      wilson_interval)
+(`agentgym_nb.metrics`), resumable runs (`agentgym_nb.rollout.evaluation`: the trainer and the nano build use them
+too), the paper's reported numbers as data (`paper`), and the command line (`cli`: python -m agentgym_nb.evaluate)."""
+from ..metrics import (avg_at_k, bootstrap_ci, bootstrap_weights, mean_ci, pass_at_k, pass_hat_k, summarize,
+                       wilson_interval)
+from ..rollout.evaluation import evaluate, load_results
 from .paper import load_paper_results
-from .runner import evaluate, load_results
 
 __all__ = ["avg_at_k", "bootstrap_ci", "bootstrap_weights", "evaluate", "load_paper_results", "load_results",
            "mean_ci", "pass_at_k", "pass_hat_k", "summarize", "wilson_interval"]

@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 
 from .. import envs
-from ..evaluate.runner import evaluate
+from ..rollout.evaluation import evaluate
 from ..models import load_tokenizer
 from ..rollout.engine import Engine, SamplingParams, make_engine
 from ..rollout.runner import run_episodes

@@ -33,7 +33,7 @@ from .. import envs, models
 from ..algos import advantages as adv_fns
 from ..algos.losses import aggregate, explained_variance, kl_penalty, policy_loss, token_logprobs, value_loss
 from ..config import RunConfig, item_pool, make_config, round_schedule
-from ..evaluate.runner import evaluate
+from ..rollout.evaluation import evaluate
 from ..rollout.engine import SamplingParams, make_engine
 from ..rollout.runner import RolloutStats, run_episodes, write_rollout_log
 from ..rollout.trajectory import ChatFormat, collate

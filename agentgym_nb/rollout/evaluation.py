@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 
 from tqdm.auto import tqdm
 
-from ..rollout.engine import SamplingParams
-from ..rollout.runner import run_episodes
-from .metrics import summarize
+from ..metrics import summarize
+from .engine import SamplingParams
+from .runner import run_episodes
 
 RESULTS_VERSION = 1
 
