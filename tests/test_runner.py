@@ -12,7 +12,7 @@ import requests
 from agentgym_nb.envs.http import free_ports
 from agentgym_nb import envs
 from agentgym_nb.rollout.engine import SamplingParams
-from agentgym_nb.rollout.runner import run_episodes
+from agentgym_nb.rollout.runner import anchor_of, run_episodes
 
 
 @pytest.fixture
@@ -133,6 +133,6 @@ def test_each_turn_records_the_state_it_acted_in(hf_nano, chat):
         assert t.failed is None and len(t.anchors) == t.num_rounds >= 1
     for item in (0, 41):
         fresh = BabyAI()
-        start = fresh.state_key(fresh.reset(item))
+        start = anchor_of(fresh.state_key(fresh.reset(item)))
         fresh.close()
         assert {t.anchors[0] for t in trajs if t.item_id == item} == {start}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import hashlib
 import json
 import os
 import time
@@ -193,13 +194,19 @@ def _gather(waiting: dict, until: float) -> set[cf.Future]:
 def _reset(env_factory, ep: _Episode, item_id: int):
     ep.env = env_factory()
     observation = ep.env.reset(item_id)
-    return "reset", observation, ep.env.state_key(observation)
+    return "reset", observation, anchor_of(ep.env.state_key(observation))
 
 
 def _step(ep: _Episode, text: str, last_turn: bool):
     """Step the env; the state the next turn will act in, unless the episode ends here."""
     step = ep.env.step(text)
-    return "step", step, None if step.done or last_turn else ep.env.state_key(step.observation)
+    return "step", step, None if step.done or last_turn else anchor_of(ep.env.state_key(step.observation))
+
+
+def anchor_of(state_key) -> str:
+    """A short digest of an env's state key (`Env.state_key`): equal states give equal anchors, and a trajectory
+    stays small and JSON-writable whatever the key holds (grid bytes, a room's description)."""
+    return hashlib.sha1(repr(state_key).encode()).hexdigest()[:16]
 
 
 def _close_quietly(env: Env) -> None:

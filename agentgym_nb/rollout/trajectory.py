@@ -88,8 +88,8 @@ class Trajectory:
     turn_ids: list[int] = field(default_factory=list)
     sampled_logprobs: list[float] = field(default_factory=list)   # engine log-probs, aligned with POLICY tokens
     messages: list[dict] = field(default_factory=list)             # the same episode as chat text, for logs
-    anchors: list = field(default_factory=list)   # the env's state key before each turn (Env.state_key): turn k
-                                                  # acted in anchors[k - 1]
+    anchors: list[str] = field(default_factory=list)   # digest of the env's state before each turn (runner.anchor_of):
+                                                       # turn k acted in anchors[k - 1]
     reward: float = 0.0
     success: bool = False
     done: bool = False            # the env said the episode is over
