@@ -67,7 +67,7 @@ class Study:
     """What every run of a study shares. The smoke preset (a test of this script) divides every horizon by 10."""
     lr: float = 3e-4
     steps: int = 60              # the equal-steps budget; stepwise stages are steps // 3 long
-    eval_every: int = 10
+    eval_every: int = 10         # held-out evaluations up to the equal-steps point, then every 2 x eval_every
     eval_items: int = 300        # held-out items, 20 per level of the track's 15
     max_steps: int = 240         # a cap on the compute-matched phase
     preset: str = "cpu"
@@ -98,18 +98,30 @@ class Study:
 # ------------------------------------------------------------------------------------------------------ one run
 
 def evaluation(trainer, step: int, horizon: int) -> dict:
-    """Held-out success of the trainer's current policy at `horizon` (resumable: results/<tag>.jsonl)."""
+    """Held-out success of the trainer's current policy at `horizon` (resumable: evals/<step>-<horizon>.jsonl).
+    Every arm of a seed starts from the same model with the same sampling seeds, so the step-0 evaluation is played
+    once per seed, in a shared file, and read by the others."""
+    import fcntl
+    import hashlib
+
     from agentgym_nb.evaluate import evaluate, load_results
     from agentgym_nb.rollout.engine import SamplingParams
     cfg = trainer.cfg
-    path = os.path.join(cfg.run_dir, "evals", f"step{step:05d}-h{horizon}.jsonl")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     params = SamplingParams(temperature=cfg.eval_temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
                             seed=cfg.seed + 17)
-    summary = evaluate(trainer.engine, trainer.env_factory, trainer.test_items(), trainer.chat, max_rounds=horizon,
-                       params=params, max_total_tokens=cfg.max_total_tokens, env_timeout=cfg.env_timeout,
-                       max_concurrency=cfg.max_envs, results_path=path, resamples=200,
-                       meta={"step": step, "horizon": horizon})
+    path = os.path.join(cfg.run_dir, "evals", f"step{step:05d}-h{horizon}.jsonl")
+    if step == 0:
+        start = json.dumps([trainer.model_dir, trainer.test_items(), dataclasses.asdict(params), horizon,
+                            cfg.max_total_tokens])
+        path = os.path.join(cfg.out_dir, "runs", "horizon-start", hashlib.sha1(start.encode()).hexdigest()[:12]
+                            + ".jsonl")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # two runs of one seed may reach step 0 at once
+        summary = evaluate(trainer.engine, trainer.env_factory, trainer.test_items(), trainer.chat,
+                           max_rounds=horizon, params=params, max_total_tokens=cfg.max_total_tokens,
+                           env_timeout=cfg.env_timeout, max_concurrency=cfg.max_envs, results_path=path,
+                           resamples=200, meta={"horizon": horizon})
     _, records = load_results(path)
     return {"step": step, "horizon": horizon, "success": summary["success"], "mean_turns": summary["mean_turns"],
             "items": {str(r["item_id"]): float(r["success"]) for r in records if not r["failed"]},
@@ -150,7 +162,8 @@ def train_one(study: Study, arm: str, seed: int, budget: int | None) -> None:
 
     try:
         while True:
-            if trainer.step % study.eval_every == 0:
+            every = study.eval_every if trainer.step <= study.steps else 2 * study.eval_every
+            if trainer.step % every == 0:
                 measure(trainer.step, study.eval_horizon)
             if budget is None and trainer.step == study.steps:
                 point("steps")
