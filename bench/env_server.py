@@ -96,7 +96,7 @@ def agentgym_app(per_request_work: bool = True):
             check_id(body.id)
             env = state["env"][body.id]
             result = env.step(body.action) if "Action:" in body.action else env.act(body.action)
-            payload = {"observation": result.observation, "reward": result.info.get("reward", 0.0),
+            payload = {"observation": result.observation, "reward": result.info.get("step_reward", 0.0),
                        "score": result.info["score"], "done": result.done}
             state["info"][body.id].update(payload)
             return payload

@@ -104,7 +104,7 @@ def textcraft_server() -> FastAPI:
     def step(body: IdStepBody):
         def handle():
             result = env_of(envs, body.id)._apply(body.action)  # no "finished" check, as in AgentGym
-            return {"observation": result.observation, "reward": int(result.info["reward"]), "done": result.done}
+            return {"observation": result.observation, "reward": int(result.info["step_reward"]), "done": result.done}
         return answer(handle)
 
     @app.get("/observation")
@@ -164,7 +164,7 @@ def sciworld_server() -> FastAPI:
             if env.phase == "over":
                 raise ValueError(f"The task with environment {body.id} has finished.")
             result = env.act(body.action)
-            return {"observation": result.observation, "reward": result.info["reward"],
+            return {"observation": result.observation, "reward": result.info["step_reward"],
                     "score": result.info["score"], "done": result.done}
         return answer(handle)
 
@@ -329,7 +329,7 @@ def test_sciworld_client_against_agentgym_server():
         deltas = []
         for text in replies:
             step = env.step(text)
-            deltas.append(step.info["reward"])
+            deltas.append(step.info["step_reward"])
             if step.done:
                 break
         assert step.done and step.reward == 100 == step.info["score"] == sum(deltas) and env.success(step.reward)

@@ -89,7 +89,7 @@ def test_observation_text_on_a_hand_checked_grid(env):
     assert env.reset(0) == ITEM0
     step = env.step(reply("turn right"))
     assert step.observation == ITEM0_NORTH
-    assert (step.reward, step.done, step.info) == (0.0, False, {"score": 0.0, "reward": 0.0, "action": "turn right",
+    assert (step.reward, step.done, step.info) == (0.0, False, {"score": 0.0, "step_reward": 0.0, "action": "turn right",
                                                                 "valid": True})
     # facing the east wall at distance 1: no object listed (AgentGym still prints the header), no "move forward"
     step = env.step(reply("turn right"))

@@ -68,7 +68,7 @@ def test_agentgym_client_flow_matches_in_process(server):
         for text in replies:
             expected = local.step(text)
             answer = post(url, "step", {"id": env_id, "action": agentgym_action(text)})
-            assert answer == {"observation": expected.observation, "reward": expected.info["reward"],
+            assert answer == {"observation": expected.observation, "reward": expected.info["step_reward"],
                               "score": expected.info["score"], "done": expected.done}
         assert answer["done"] and answer["score"] > 0 and answer["score"] == expected.reward
         observed = requests.get(f"{url}/observation", params={"id": env_id}, timeout=30).json()

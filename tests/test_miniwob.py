@@ -86,7 +86,7 @@ def test_observation_and_success(env):
     assert env.observe() == CLICK_BUTTON_0
     step = env.step(reply("click [6]"))
     assert step.done and step.reward == 1.0 and env.success(step.reward)
-    assert step.info == {"score": 1.0, "reward": 1.0, "action": "click [6]", "valid": True, "reason": None}
+    assert step.info == {"score": 1.0, "step_reward": 1.0, "action": "click [6]", "valid": True, "reason": None}
     assert step.observation.endswith("PREVIOUS ACTION: click [6] where [6] is button 'okay'")
     with pytest.raises(EnvStateError, match="done"):
         env.step(reply("click [5]"))

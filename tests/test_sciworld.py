@@ -146,13 +146,13 @@ def test_reset_steps_score_and_failure(env):
 
     wrong = env.step(reply("fly to the moon"))
     assert (wrong.observation, wrong.reward, wrong.done) == (NO_MATCH, 0.0, False)
-    assert wrong.info == {"score": 0, "reward": 0, "action": "fly to the moon", "valid": False}
+    assert wrong.info == {"score": 0, "step_reward": 0, "action": "fly to the moon", "valid": False}
     assert env.step(reply("open door to outside")).observation == "The door is now open."
     moved = env.step(reply("go to outside"))
-    assert (moved.observation, moved.reward, moved.info["reward"], moved.done) == ("You move to the outside.", 50.0,
+    assert (moved.observation, moved.reward, moved.info["step_reward"], moved.done) == ("You move to the outside.", 50.0,
                                                                                   50, False)
     won = env.step("Thought:\nThe crocodile lives longest.\n\nAction:\nfocus on crocodile")
-    assert (won.observation, won.reward, won.info["reward"], won.done) == ("You focus on the crocodile egg.", 100.0,
+    assert (won.observation, won.reward, won.info["step_reward"], won.done) == ("You focus on the crocodile egg.", 100.0,
                                                                           50, True)
     assert env.success(won.reward) and env.phase == "over"
     with pytest.raises(EnvStateError, match="done"):
@@ -162,7 +162,7 @@ def test_reset_steps_score_and_failure(env):
     assert env.sim.pid == jvm  # the JVM is reused across resets
     env.step(reply("open door to outside")), env.step(reply("go to outside"))
     failed = env.step(reply("focus on baby wolf"))  # not the longest-lived animal: scienceworld fails the task
-    assert (failed.reward, failed.info["reward"], failed.done) == (-100.0, -150, True)
+    assert (failed.reward, failed.info["step_reward"], failed.done) == (-100.0, -150, True)
     assert not env.success(failed.reward)
 
 

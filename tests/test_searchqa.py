@@ -74,7 +74,7 @@ def test_search_returns_top3_in_agentgym_format(env):
         + "</information>")
     assert step.observation.startswith(f'<information>Doc 1(Title: "{subject}") {text}\nDoc 2(Title: "')
     assert "\nDoc 3(Title: " in step.observation and not step.observation.endswith("\n</information>")
-    assert step.info == {"score": 0.0, "reward": 0.0, "action": f"<search> {subject} </search>", "valid": True}
+    assert step.info == {"score": 0.0, "step_reward": 0.0, "action": f"<search> {subject} </search>", "valid": True}
     assert env.step("<search>qwxzy vvvkk</search>").observation == "<information></information>"  # no match
     assert information([]) == "<information></information>"
     assert information(['"T"\nline one\nline two', '"U"']) == (
@@ -97,7 +97,7 @@ def test_first_tag_decides_last_answer_is_scored_squad_normalised(env):
     shouted = f"<think>sure</think><answer>nothing</answer> <answer>  The {gold.upper()}!! </answer>"
     step = env.step(shouted)  # first tag is an answer; the last answer is scored, normalised
     assert (step.observation, step.reward, step.done) == (CORRECT, 1.0, True)
-    assert step.info == {"score": 1.0, "reward": 1.0, "action": "<answer>nothing</answer>", "valid": True}
+    assert step.info == {"score": 1.0, "step_reward": 1.0, "action": "<answer>nothing</answer>", "valid": True}
     assert env.success(step.reward)
     with pytest.raises(EnvStateError, match="done"):
         env.step(f"<answer>{gold}</answer>")

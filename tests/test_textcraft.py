@@ -327,7 +327,7 @@ def test_agentgym_client_against_our_server(server):
                                       "reward": 0}
         for text in [reply("get 1 nothing")] + expert_replies(item):
             expected = local.step(text)
-            assert client.step(text) == (expected.observation, expected.info["reward"], expected.done)
+            assert client.step(text) == (expected.observation, expected.info["step_reward"], expected.done)
         assert client.info == {"observation": expected.observation, "reward": 1, "done": True}
         assert client._get("observation") == expected.observation
         assert client._get("detail") == {"observation": expected.observation, "done": True, "reward": 1,

@@ -369,7 +369,7 @@ class BabyAI(Env):
         self.score += reward
         if done:
             self.phase = "over"
-        info = {"score": self.score, "reward": reward, "action": given, "valid": valid}
+        info = {"score": self.score, "step_reward": reward, "action": given, "valid": valid}
         return Step(self.last + actions_suffix(self._view.actions), self.score, done, info)
 
     def _run(self, primitives: list[int]) -> tuple[float, bool]:

@@ -24,7 +24,8 @@ class Step:
     observation: str
     reward: float  # what AgentGym's client reports: the cumulative score of the episode so far
     done: bool
-    info: dict = field(default_factory=dict)  # at least {"score", "action", "valid"}
+    info: dict = field(default_factory=dict)  # at least {"score", "step_reward" (this step's own reward), "action",
+                                              # "valid"}
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ class Env(abc.ABC):
         try:
             action = self.parse_action(text)
         except InvalidAction as bad:
-            return Step(bad.observation, 0.0, False, {"score": self.score, "reward": 0.0, "action": "", "valid": False})
+            return Step(bad.observation, 0.0, False, {"score": self.score, "step_reward": 0.0, "action": "", "valid": False})
         return self.act(action)
 
     def parse_action(self, text: str) -> str:

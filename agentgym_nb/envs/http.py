@@ -183,7 +183,7 @@ def id_routes(app: FastAPI, pool: EnvPool, cls: type[Env]) -> None:
         def work(env):
             running(env, body.id)
             result = env.step(body.action) if "Action:" in body.action else env.act(body.action)
-            return {"observation": result.observation, "reward": result.info.get("reward", 0.0),
+            return {"observation": result.observation, "reward": result.info.get("step_reward", 0.0),
                     "score": result.info["score"], "done": result.done}
         return on_env(pool, body.id, work)
 
@@ -331,7 +331,7 @@ class HTTPEnv(Env):
         self.last_observation, self.reward, self.score = data["observation"], data["reward"], data["score"]
         if data["done"]:
             self.phase = "over"
-        info = {"score": self.score, "reward": self.reward, "action": action, "valid": valid}
+        info = {"score": self.score, "step_reward": self.reward, "action": action, "valid": valid}
         return Step(self.last_observation, float(self.score), bool(data["done"]), info)
 
     def observe(self) -> str:

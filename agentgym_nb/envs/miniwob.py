@@ -550,12 +550,12 @@ class MiniWoB(Env):
             command = parse_miniwob_action(action)
         except (InvalidAction, ValueError) as bad:
             message = bad.observation if isinstance(bad, InvalidAction) else str(bad)
-            return Step(message, self.score, False, {"score": self.score, "reward": 0.0, "action": action,
+            return Step(message, self.score, False, {"score": self.score, "step_reward": 0.0, "action": action,
                                                      "valid": False})
         if command.kind in ("click", "type") and target_ref(command) not in self.page.refs:
             self.previous = no_element(command.kind, target_ref(command))
             self.last = observation_text(self.page, self.previous)
-            return Step(self.last, self.score, False, {"score": self.score, "reward": 0.0, "action": action,
+            return Step(self.last, self.score, False, {"score": self.score, "step_reward": 0.0, "action": action,
                                                        "valid": False})
         self._browser(action, lambda driver: self._execute(driver, command))
         done, raw_reward, reason = self._browser("reading the reward", lambda d: d.execute_script(STATE_JS))
@@ -568,7 +568,7 @@ class MiniWoB(Env):
         self.score += self.reward
         if done:
             self.phase = "over"
-        info = {"score": self.score, "reward": self.reward, "action": action, "valid": True}
+        info = {"score": self.score, "step_reward": self.reward, "action": action, "valid": True}
         if done:
             info["reason"] = reason
         return Step(self.last, self.score, bool(done), info)

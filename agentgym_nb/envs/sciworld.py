@@ -7,7 +7,7 @@ variations in order. 23 tasks, 4,639 games: boil = 0..29, melt = 30..59, ..., id
 An episode is `load(task, variation)` then one "look around"; the agent first sees the task description, a newline
 and that look (as AgentGym's client shows it). The score is scienceworld's `round(100 * getScore())`: 0..100, negative
 when the task failed; the episode ends on completion, failure, or after 100 moves (scienceworld's default limit).
-`Step.reward` is that score (what AgentGym's client reports), `info["reward"]` the change of score of the step.
+`Step.reward` is that score (what AgentGym's client reports), `info["step_reward"]` the change of score of the step.
 The expert replays scienceworld's gold action sequence. Within 100 moves it solves every test item except some
 changes of state of matter (boil, melt, freeze, change-the-state-of), whose gold paths heat or cool for longer.
 
@@ -146,7 +146,7 @@ class Simulator(ScienceWorldEnv):
         moves = self.server.getNumMoves()
         completed = bool(self.server.getCompleted()) or moves > self.envStepLimit or score < 0
         reward, self.lastStepScore = score - self.lastStepScore, score
-        return observation, reward, completed, {"score": score, "reward": reward, "moves": moves}
+        return observation, reward, completed, {"score": score, "step_reward": reward, "moves": moves}
 
     def gold_actions(self, task: str, variation: int) -> list[str]:
         self.load(task, variation, "", generateGoldPath=True)
@@ -323,7 +323,7 @@ class SciWorld(Env):
         self.reward, self.score, self.moves = reward, info["score"], info["moves"]
         if done:
             self.phase = "over"
-        info = {"score": self.score, "reward": reward, "action": action, "valid": observation != NO_MATCH}
+        info = {"score": self.score, "step_reward": reward, "action": action, "valid": observation != NO_MATCH}
         return Step(observation, float(self.score), done, info)
 
     def observe(self) -> str:
@@ -454,7 +454,7 @@ def sciworld_routes(app, pool, cls) -> None:
             with use(body.id) as env:
                 running(env, body.id)
                 result = env.step(body.action) if "Action:" in body.action else env.act(body.action)
-                return {"observation": result.observation, "reward": result.info["reward"],
+                return {"observation": result.observation, "reward": result.info["step_reward"],
                         "score": result.info["score"], "done": result.done}
         return answer(handle)
 
@@ -512,7 +512,7 @@ class SciWorldHTTP(HTTPEnv):
         if data["done"]:
             self.phase = "over"
         valid = self.last_observation != NO_MATCH
-        info = {"score": self.score, "reward": self.reward, "action": action, "valid": valid}
+        info = {"score": self.score, "step_reward": self.reward, "action": action, "valid": valid}
         return Step(self.last_observation, float(self.score), bool(data["done"]), info)
 
     def observe(self) -> str:

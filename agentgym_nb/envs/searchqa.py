@@ -381,7 +381,7 @@ class SearchQA(Env):
         self.score += reward
         if done:
             self.phase = "over"
-        return Step(observation, reward, done, {"score": self.score, "reward": reward, "action": tag,
+        return Step(observation, reward, done, {"score": self.score, "step_reward": reward, "action": tag,
                                                 "valid": bool(tag)})
 
     def expert(self, item_id: int) -> list[str]:
@@ -511,7 +511,7 @@ class SearchQAHTTPEnv(HTTPEnv):
         if data["done"]:
             self.phase = "over"
         tag = deciding_tag(action)
-        info = {"score": self.score, "reward": self.reward, "action": tag, "valid": bool(tag)}
+        info = {"score": self.score, "step_reward": self.reward, "action": tag, "valid": bool(tag)}
         return Step(self.last_observation, self.reward, bool(data["done"]), info)
 
     def observe(self) -> str:

@@ -459,7 +459,7 @@ def http_routes(app: FastAPI, pool: EnvPool, cls: type[Env]) -> None:
                     except InvalidAction as bad:
                         return {"observation": bad.observation, "reward": 0, "done": False}
                 result = env._apply(text)  # after done too, as AgentGym's server
-                return {"observation": result.observation, "reward": int(result.info["reward"]), "done": result.done}
+                return {"observation": result.observation, "reward": int(result.info["step_reward"]), "done": result.done}
         return answer(handle)
 
     @app.get("/observation")
@@ -497,7 +497,7 @@ class TextCraftClient(HTTPEnv):
         self.score += self.reward
         if data["done"]:
             self.phase = "over"
-        info = {"score": self.score, "reward": self.reward, "action": action, "valid": succeeded(self.last_observation)}
+        info = {"score": self.score, "step_reward": self.reward, "action": action, "valid": succeeded(self.last_observation)}
         return Step(self.last_observation, self.score, bool(data["done"]), info)
 
     def observe(self) -> str:
@@ -562,7 +562,7 @@ class TextCraft(Env):
         self.score += reward
         if done:
             self.phase = "over"
-        info = {"score": self.score, "reward": reward, "action": action, "valid": succeeded(observation)}
+        info = {"score": self.score, "step_reward": reward, "action": action, "valid": succeeded(observation)}
         return Step(observation, self.score, done, info)
 
     def _run(self, action: str) -> tuple[str, float]:

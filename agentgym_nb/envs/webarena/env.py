@@ -162,14 +162,14 @@ class WebArena(Env):
         try:
             action = parse_action(self.url_map.local(extract_action(text)))
         except ActionParsingError as error:
-            info = {"score": self.score, "reward": 0.0, "action": "", "valid": False, "fail_error": str(error)}
+            info = {"score": self.score, "step_reward": 0.0, "action": "", "valid": False, "fail_error": str(error)}
             return Step(str(error), 0.0, False, info)
         self.history.append(describe(action, self.nodes))
         timeout = self.page_load_timeout * (3 + len(self.config["eval"].get("program_html") or [])) + 30
         fail_error, score = self._run(self._act(action), timeout)
         if action.kind == "stop":
             self.phase, self.score, self.reward = "over", score, score
-        info = {"score": self.score, "reward": self.reward, "action": self.history[-1], "valid": not fail_error,
+        info = {"score": self.score, "step_reward": self.reward, "action": self.history[-1], "valid": not fail_error,
                 "fail_error": fail_error, "url": self.url}
         return Step(self.observe(), self.reward, action.kind == "stop", info)
 

@@ -91,7 +91,7 @@ class WebArenaHTTPEnv(HTTPEnv):
         if done:
             self.phase, self.score = "over", self.reward
         self.last_observation = data["observation"]
-        info = {"score": self.score, "reward": self.reward, "action": action,
+        info = {"score": self.score, "step_reward": self.reward, "action": action,
                 "valid": bool(data["info"]) and not data["info"].get("fail_error")}
         return Step(self.last_observation, self.reward, done, info)
 
