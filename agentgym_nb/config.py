@@ -167,7 +167,8 @@ DOTTED_KEYS = {
 # Per-step training metrics (metrics.jsonl) the adaptive schedule can watch: means over the step's episodes.
 # "success_in_reach": success over the episodes whose item the env's expert solves within the current horizon (the
 # share of what this horizon allows that the policy achieves; envs.expert_turns).
-ADAPTIVE_METRICS = ("success", "success_in_reach", "reward", "done", "turns", "cut_by_horizon", "cut_by_tokens")
+ADAPTIVE_METRICS = ("success", "success_in_reach", "reward", "done", "turns", "cut_by_horizon",
+                    "cut_by_token_budget")
 ROUNDS_CTRL_TYPES = {"fixed": "fixed", "scaling_inter_stepwise": "stepwise", "stepwise": "stepwise", "adaptive": "adaptive"}
 
 
@@ -220,8 +221,9 @@ def preset_values(env: str, preset: str, track: str | None = None) -> dict[str, 
                     kv_cache_gib=20)   # a process's episodes at full length: TextCraft's 32 x 10,752 tokens
                                        # x 56 KiB (Qwen2.5-7B: 28 layers x K, V x 512 x 2 bytes) = 18.4 GiB
     if preset == "cpu":
-        # lr 3e-4 with twice the prompts played and only groups with a reward spread trained (DAPO's dynamic
-        # sampling); at 5e-4 the BabyAI nano collapsed once the horizon reached 6 (bench/README.md).
+        # A 1M-parameter nano learns at a far larger lr than a 7B model, but not without limit (docs/results.md has
+        # the lr at which it collapses); twice the prompts are played and only groups with a reward spread are
+        # trained (DAPO's dynamic sampling), since most groups of a weak start policy carry no signal.
         return dict(**items, **_episodes(chosen.cpu), model="nano", prompts_per_step=8, samples_per_prompt=8,
                     oversample=2, filter_groups=True, schedule="stepwise", rounds_every=12, steps=40, lr=3e-4,
                     kl_coef=0.001, mini_batches=2, save_every=5, eval_items=100,

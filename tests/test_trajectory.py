@@ -43,7 +43,7 @@ def test_a_reply_cut_by_max_tokens_is_closed_but_not_trained(chat):
     t = Trajectory.start(chat, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}], "obs", 0)
     cut = chat.encode("Thought:\nI")
     t.add_reply(chat, cut)
-    assert t.cut_turns == 1
+    assert t.replies_cut_by_max_tokens == 1
     assert t.input_ids[-1] == chat.end_of_turn_id and t.kinds[-1] == TEMPLATE   # closed, loss 0
     assert [i for i, k in zip(t.input_ids, t.kinds) if k == POLICY] == cut
 

@@ -96,7 +96,7 @@ class Trajectory:
     truncated: bool = False       # the token budget ran out before the env said done
     failed: str | None = None     # the env failed (error text); such episodes are excluded from updates
     num_rounds: int = 0           # assistant turns taken
-    cut_turns: int = 0            # replies cut by max_tokens (no end-of-turn sampled)
+    replies_cut_by_max_tokens: int = 0   # replies that reached max_tokens before an end-of-turn was sampled
 
     @classmethod
     def start(cls, chat: ChatFormat, instruction: list[dict], observation: str, item_id: int, group: int = 0):
@@ -119,7 +119,7 @@ class Trajectory:
         self.sampled_logprobs.extend(logprobs if logprobs is not None else [float("nan")] * len(token_ids))
         ended = bool(token_ids) and token_ids[-1] in chat.stop_token_ids
         if not ended:
-            self.cut_turns += 1
+            self.replies_cut_by_max_tokens += 1
             self._extend([chat.end_of_turn_id], TEMPLATE)
         text = chat.tokenizer.decode(token_ids, skip_special_tokens=True)
         self.messages.append({"role": "assistant", "content": text})
@@ -172,7 +172,8 @@ class Trajectory:
         """One JSONL record: AgentGym-RL's {item_id, conversations, reward} plus what a reader needs to audit it."""
         return {"item_id": self.item_id, "group": self.group, "conversations": self.messages,
                 "reward": self.reward, "success": self.success, "done": self.done, "truncated": self.truncated,
-                "failed": self.failed, "num_rounds": self.num_rounds, "cut_turns": self.cut_turns,
+                "failed": self.failed, "num_rounds": self.num_rounds,
+                "replies_cut_by_max_tokens": self.replies_cut_by_max_tokens,
                 "num_tokens": len(self.input_ids), "num_policy_tokens": self.num_policy_tokens}
 
 

@@ -15,12 +15,12 @@ PANELS = [("reward", "mean episode reward"), ("success", "success rate (train ep
 LABELS = dict(PANELS) | {
     "zero_adv_groups": "share of all-equal groups (no signal)", "entropy": "entropy of sampled tokens (nats)",
     "clip_frac": "PPO clip fraction", "grad_norm": "gradient norm (before clipping)",
-    "policy_tokens": "policy tokens per episode", "cut_by_tokens": "share cut by the token budget",
+    "policy_tokens": "policy tokens per episode", "cut_by_token_budget": "share cut by the token budget",
     "step_seconds": "seconds per step", "explained_variance": "critic explained variance"}
 X_AXES = {"step": "training step", "episodes": "episodes played (cumulative)",
           "tokens": "policy tokens sampled (cumulative)"}
 # metrics that are shares of episodes, groups or tokens: their intervals stay within [0, 1]
-RATES = {"success", "done", "cut_by_horizon", "cut_by_tokens", "zero_adv_groups", "clip_frac"}
+RATES = {"success", "done", "cut_by_horizon", "cut_by_token_budget", "zero_adv_groups", "clip_frac"}
 # two-sided 95% quantiles of Student's t with 1..30 degrees of freedom (beyond: 1.96)
 T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
