@@ -5,6 +5,7 @@ import sys
 for path in sys.argv[1:]:
     with open(path) as f:
         nb = json.load(f)
+    nb.get("metadata", {}).pop("widgets", None)   # an executed copy's widget state (tqdm bars): output too
     for cell in nb["cells"]:
         if cell["cell_type"] == "code":
             cell["outputs"], cell["execution_count"] = [], None
