@@ -8,7 +8,7 @@ RUN ?= demo-$(ENV)
 COMPARE ?= False
 export PYTHONHASHSEED := 0
 
-.PHONY: demo test install model bench clean-outputs strip-notebooks
+.PHONY: demo test test-fast install model bench clean-outputs strip-notebooks
 
 install:
 	bash scripts/install.sh
@@ -26,6 +26,9 @@ demo: model
 
 test: install
 	AGENTGYM_NB_PRESET=smoke $(PY) -m pytest tests --nbmake notebooks -q -p no:cacheprovider
+
+test-fast: install
+	AGENTGYM_NB_PRESET=smoke $(PY) -m pytest tests -q -p no:cacheprovider -m "not slow and not browser and not jvm and not notebook"
 
 bench: install
 	$(PY) bench/rollout_speed.py

@@ -10,6 +10,13 @@ import pytest
 os.environ.setdefault("PYTHONHASHSEED", "0")
 
 
+def pytest_collection_modifyitems(items):
+    """Notebooks (collected by nbmake) carry the `notebook` marker, so `-m "not notebook"` leaves them out."""
+    for item in items:
+        if str(item.fspath).endswith(".ipynb"):
+            item.add_marker(pytest.mark.notebook)
+
+
 @pytest.fixture(scope="session")
 def nano_dir():
     from agentgym_nb import models

@@ -11,7 +11,7 @@ from agentgym_nb.rollout.engine import HFEngine
 from agentgym_nb.train.agentevol import agentevol, keep_successes, reward_threshold
 from agentgym_nb.train.sft import item_index, trajectory_record
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 torch.set_num_threads(1)
 
 

@@ -23,7 +23,8 @@ from agentgym_nb.envs.sciworld import JVMS, NUM_GAMES, item_id_of
 from agentgym_nb.envs.textcraft import expert_replies
 from conftest import loopback_server
 
-pytestmark = pytest.mark.timeout(300)  # a JVM and a browser start on a busy 2-core machine; a hang still fails
+# a JVM and a browser start on a busy 2-core machine; a hang still fails
+pytestmark = [pytest.mark.timeout(300), pytest.mark.browser, pytest.mark.jvm]
 
 
 def reply(action: str) -> str:

@@ -210,6 +210,7 @@ def test_expert_solves_every_level_but_keyinbox():
         assert len(replies) <= 64 and not any(s.done for s in steps[:-1])
 
 
+@pytest.mark.slow
 def test_hesitating_demonstrator_wastes_turns_yet_solves():
     """hesitation=0.4: about 40% of the demonstrator's turns are wasted (its thought says so), the bot replans from
     wherever a wasted turn left it, the item is still solved, and the same item gives the same replies."""

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -19,7 +21,7 @@ def test_horizon_study_runs_both_budgets_and_reports(tmp_path):
            "stepwise", "--out", str(out)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    study = json.loads(out.read_text())["studies"]["smoke-lr0.0003-steps2"]
+    study = json.loads(out.read_text())["studies"]["smoke-lr0.0003-steps2-n4"]
     fixed, stepwise = study["runs"]["fixed20/s0"], study["runs"]["stepwise/s0"]
     # the fixed-long run stops at the equal-steps point; its tokens are the stepwise run's budget
     assert fixed["points"]["steps"]["step"] == 2 and "tokens" not in fixed["points"]

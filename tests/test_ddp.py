@@ -12,7 +12,7 @@ import torch
 from agentgym_nb.rollout.trajectory import Trajectory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,8 @@ from agentgym_nb.config import PAPER_SCRIPTS, make_config
 from agentgym_nb.rollout.trajectory import Trajectory
 from agentgym_nb.train import launch, rl
 
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, "configs", "accelerate")
 

@@ -1,7 +1,7 @@
 """MiniWoB++ on real Chromium (Debian's chromium + chromedriver through selenium), WebArena-style text.
 
 Each test env starts one headless browser; the module shares one env where it can. The sweep of the expert over
-every task it covers is slow and runs only with AGENTGYM_NB_SLOW=1.
+every task it covers is slow (marked `slow`).
 """
 import json
 import os
@@ -19,7 +19,7 @@ from agentgym_nb.envs.miniwob import EXCLUDED, EXPERT_TASKS, INSTRUCTION, TASKS,
 from agentgym_nb.envs.webarena.grammar import NO_BACKTICKS
 from conftest import loopback_server
 
-pytestmark = [pytest.mark.timeout(120),
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(120),
               pytest.mark.skipif(not (os.path.exists("/usr/bin/chromium") and os.path.exists("/usr/bin/chromedriver")),
                                  reason="needs Debian's chromium and chromium-driver")]
 
@@ -186,7 +186,7 @@ def test_expert_solves_a_sample_of_tasks(env):
     assert [task for task, seed in EXPERT_SAMPLE if not solved(env, item(task, seed))[0]] == []
 
 
-@pytest.mark.skipif(not os.environ.get("AGENTGYM_NB_SLOW"), reason="slow (~5 min): set AGENTGYM_NB_SLOW=1")
+@pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_expert_solves_every_covered_task(env):
     failures = [(task, seed) for task in EXPERT_TASKS for seed in range(3) if not solved(env, item(task, seed))[0]]

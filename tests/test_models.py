@@ -8,6 +8,8 @@ from tokenizers import Tokenizer
 
 from agentgym_nb import envs, models
 
+pytestmark = pytest.mark.slow
+
 
 def test_nano_reloads_with_the_tokenizer_it_was_trained_with(nano_dir):
     tok = models.load_tokenizer(nano_dir)
@@ -98,17 +100,14 @@ def test_nano_dir_names_the_folder_resolve_builds(nano_dir):
     assert textcraft.levels and models.nano_dir(textcraft) != models.nano_path(models.nano_spec("textcraft", "cpu"))
 
 
-SLOW = pytest.mark.skipif(not os.environ.get("AGENTGYM_NB_SLOW"), reason="slow (~2-4 min): set AGENTGYM_NB_SLOW=1")
-
-
 @pytest.mark.parametrize("env,demos", [("babyai", 30), ("textcraft", 200), ("searchqa", 200),   # BabyAI's bot: ~0.5 s
-                                       pytest.param("sciworld", 120, marks=SLOW),
-                                       pytest.param("miniwob", 60, marks=SLOW),
-                                       pytest.param("webarena", 60, marks=SLOW)])
+                                       pytest.param("sciworld", 120, marks=pytest.mark.jvm),
+                                       pytest.param("miniwob", 60, marks=pytest.mark.browser),
+                                       pytest.param("webarena", 60, marks=pytest.mark.browser)])
 def test_the_cpu_reply_budget_fits_every_expert_reply(env, demos, tmp_path):
     """A reply cut at the cpu preset's max_tokens is an invalid action: if the expert's own replies do not fit, the
     nano (cloned from them) cannot succeed on those episodes in validation or in RL. Measured with a tokenizer
-    trained the way the cpu build trains it; the JVM and browser envs only with AGENTGYM_NB_SLOW=1."""
+    trained the way the cpu build trains it."""
     spec = models.nano_spec(env, "cpu")
     items, _ = models.nano_items(spec)
     convs = models.expert_conversations(env, items[:demos], spec.hesitation)

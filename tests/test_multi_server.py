@@ -15,7 +15,7 @@ from agentgym_nb import envs
 from agentgym_nb.rollout.engine import SamplingParams
 from agentgym_nb.rollout.runner import run_episodes
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 
 def answering(url: str) -> bool:

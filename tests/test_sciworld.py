@@ -20,7 +20,8 @@ from agentgym_nb.envs.sciworld import (EXCLUDED, INSTRUCTION, JVMS, NO_MATCH, NU
                                        game, item_id_of, item_lists)
 from conftest import loopback_server
 
-pytestmark = pytest.mark.timeout(240)  # JVM starts on a busy 2-core machine; a hang is still a failure
+# a JVM starts on a busy 2-core machine; a hang is still a failure
+pytestmark = [pytest.mark.timeout(240), pytest.mark.jvm]
 
 ITEMS = Path(__file__).resolve().parent.parent / "agentgym_nb" / "data" / "items"
 # lifespan-longest-lived, variation 93 (its first test variation): open door to outside (score 0), go to outside

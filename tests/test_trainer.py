@@ -11,6 +11,8 @@ from agentgym_nb.config import make_config
 from agentgym_nb.rollout.engine import HFEngine, SamplingParams
 from agentgym_nb.train.rl import Trainer
 
+pytestmark = pytest.mark.slow
+
 
 def smoke_config(tmp_path, name, **kw):
     return make_config(preset="smoke", name=name, overrides={"out_dir": str(tmp_path), **kw})

@@ -48,7 +48,7 @@ def test_a_reply_cut_by_max_tokens_is_closed_but_not_trained(chat):
     assert [i for i, k in zip(t.input_ids, t.kinds) if k == POLICY] == cut
 
 
-@pytest.mark.parametrize("engine_name", ["hf_nano", "vllm_nano"])
+@pytest.mark.parametrize("engine_name", ["hf_nano", pytest.param("vllm_nano", marks=pytest.mark.slow)])
 def test_real_rollouts_keep_the_contract(engine_name, request, chat, nano_dir):
     from transformers import AutoModelForCausalLM
     engine = Recording(request.getfixturevalue(engine_name))

@@ -29,7 +29,7 @@ from agentgym_nb.envs.web import STORE, data, tasks
 from agentgym_nb.envs.webarena.expert import element_id, play
 from conftest import loopback_server
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.browser]
 
 
 def reply(action: str) -> str:
