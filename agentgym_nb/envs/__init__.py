@@ -71,7 +71,7 @@ def make(name: str, **kw) -> Env:
 def serve(name: str, host: str = "127.0.0.1", port: int = 36002, **kw) -> None:
     """Serve env `name` over AgentGym's HTTP protocol (blocks until interrupted)."""
     env_class(name)
-    from .http import serve as serve_http
+    from .http import serve as serve_http   # FastAPI and uvicorn take a second to load: only servers pay for it
 
     serve_http(name, host=host, port=port, **kw)
 
@@ -119,7 +119,7 @@ def connect(name: str, url: str | list[str], timeout: float = 30.0) -> Env:
     """An env living on an AgentGym-protocol server at `url` (ours or AgentGym's own). Given a list of URLs (the
     ports of `python -m agentgym_nb.envs serve <env> --workers N`, or several hosts), each new env is created on the
     next URL in turn (round robin, shared by all threads) and stays there."""
-    from .http import HTTPEnv
+    from .http import HTTPEnv   # the HTTP stack (FastAPI, uvicorn) loads only for remote envs
 
     if not isinstance(url, str):
         urls = tuple(url)

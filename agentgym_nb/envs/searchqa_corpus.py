@@ -149,7 +149,7 @@ class Names:
     """Unique capitalised syllable words. Two words never share a stem (for BM25 they would be one word)."""
 
     def __init__(self, rng: random.Random):
-        import Stemmer
+        import Stemmer   # with bm25s: only the corpus build needs them, not a SearchQA episode
 
         from bm25s.stopwords import STOPWORDS_EN
         self.rng, self.stem = rng, Stemmer.Stemmer("english").stemWord
