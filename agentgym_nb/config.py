@@ -356,6 +356,10 @@ def validate(cfg: RunConfig) -> None:
                          f"{cfg.algorithm} has none (set cut_out_of_baseline=False)")
     if not (isinstance(cfg.cut_turn_discount, (int, float)) and 0 < cfg.cut_turn_discount <= 1):
         raise ValueError(f"cut_turn_discount must be in (0, 1] (1: no discount), got {cfg.cut_turn_discount!r}")
+    if isinstance(cfg.temperature, bool) or not isinstance(cfg.temperature, (int, float)) or not cfg.temperature > 0:
+        raise ValueError(f"temperature (training rollouts) must be > 0: the policy's log-probs divide the logits by it, "
+                         f"and PPO's ratio needs a sampling distribution; got {cfg.temperature!r} (greedy decoding "
+                         "is for evaluation: eval_temperature=0)")
     if not 0 < cfg.clip_ratio < 1 or (cfg.clip_ratio_high is not None and cfg.clip_ratio_high <= 0):
         raise ValueError(f"PPO clipping needs 0 < clip_ratio < 1 and clip_ratio_high > 0 (or None), got "
                          f"clip_ratio={cfg.clip_ratio!r}, clip_ratio_high={cfg.clip_ratio_high!r}")

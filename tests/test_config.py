@@ -63,6 +63,8 @@ def test_paper_preset_follows_the_scalinginter_scripts():
     (dict(overrides=["test_items=[0,10]"]), "overlap"),
     (dict(overrides=["actor_rollout_ref.actor.clip_ratio_c=0.5"]), "the dual clip bound"),
     (dict(overrides=["clip_ratio=1.5"]), "0 < clip_ratio < 1"),
+    (dict(overrides=["temperature=0"]), "temperature .training rollouts. must be > 0"),
+    (dict(overrides=["actor_rollout_ref.rollout.temperature=-1"]), "greedy decoding is for evaluation"),
     (dict(overrides=["levels=[40]"]), "levels of babyai are the level index"),
     (dict(env="textcraft", overrides=["levels=[0]"]), "levels of textcraft are the recipe depth of the goal"),
     (dict(env="searchqa", overrides=["levels=[1]"]), "env 'searchqa' has none"),
@@ -71,6 +73,10 @@ def test_paper_preset_follows_the_scalinginter_scripts():
 def test_bad_input_names_what_is_wrong(kwargs, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("[", r"\[")):
         make_config(**{"preset": "cpu", **kwargs})
+
+
+def test_greedy_evaluation_stays_allowed():
+    assert make_config(preset="cpu", overrides=["eval_temperature=0"]).eval_temperature == 0
 
 
 def test_levels_select_items_by_level():
