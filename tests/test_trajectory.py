@@ -48,6 +48,71 @@ def test_a_reply_cut_by_max_tokens_is_closed_but_not_trained(chat):
     assert [i for i, k in zip(t.input_ids, t.kinds) if k == POLICY] == cut
 
 
+def test_a_reply_closed_by_another_stop_token_gets_the_templates_end_of_turn(tokenizer):
+    """A model whose EOS is not the template's end-of-turn token may end a reply with EOS: the turn is over (not cut),
+    and the template's end-of-turn token follows as untrained scaffolding, so the sequence stays the chat template's."""
+    import copy
+    from agentgym_nb.rollout.trajectory import ChatFormat
+    other = copy.deepcopy(tokenizer)
+    other.add_special_tokens({"eos_token": "<|endoftext|>", "additional_special_tokens": ["<|im_end|>", "<|im_start|>"]})
+    chat = ChatFormat(other)
+    assert other.eos_token_id != chat.end_of_turn_id and other.eos_token_id in chat.stop_token_ids
+    t = Trajectory.start(chat, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}], "obs", 0)
+    reply = chat.encode("Action: go forward") + [other.eos_token_id]
+    t.add_reply(chat, reply)
+    assert t.replies_cut_by_max_tokens == 0
+    assert t.input_ids[-2:] == [other.eos_token_id, chat.end_of_turn_id]
+    assert t.kinds[-2:] == [POLICY, TEMPLATE]
+
+
+class _ExactBudgetEngine:
+    """Replies that end with the end-of-turn token and are exactly as long as the room left under the budget."""
+
+    def __init__(self, inner, chat, budget: int):
+        self.inner, self.chat, self.budget = inner, chat, budget
+
+    def generate(self, prompts, params, seeds=None):
+        out = self.inner.generate(prompts, params, seeds)
+        for prompt, c in zip(prompts, out):
+            room = self.budget - len(prompt)
+            words = self.chat.encode("Action: turn left")
+            c.token_ids = (words * room)[:room - 1] + [self.chat.end_of_turn_id]
+            c.logprobs = [0.0] * room
+        return out
+
+
+def test_a_reply_that_closes_itself_exactly_at_the_budget_is_played(chat, hf_nano):
+    """The room kept for a closing token is not needed by a reply that sampled it: such a reply fills the budget
+    exactly, is not marked truncated, and its action reaches the env."""
+    env = envs.make("babyai")
+    prompt_len = len(Trajectory.start(chat, env.instruction, env.reset(7), 7).input_ids)
+    env.close()
+    budget = prompt_len + 12
+    trajs = run_episodes(_ExactBudgetEngine(hf_nano, chat, budget), lambda: envs.make("babyai"), [7], chat, n=1,
+                         max_rounds=3, params=SamplingParams(max_tokens=24, seed=1), max_total_tokens=budget)
+    t = trajs[0]
+    assert len(t.input_ids) == budget and t.input_ids[-1] == chat.end_of_turn_id
+    # the reply was played: the env's answer is in the conversation, and it, not the reply, is what did not fit
+    assert t.num_rounds == 1 and [m["role"] for m in t.messages[-2:]] == ["assistant", "user"] and t.truncated
+
+
+class _SlowStartBabyAI(envs.env_class("babyai")):
+    """BabyAI whose resets take different times, so episodes of one group finish out of their order."""
+    delays = iter([0.4, 0.0, 0.3, 0.1, 0.2, 0.05] * 10)
+
+    def reset(self, item_id):
+        import time
+        time.sleep(next(self.delays))
+        return super().reset(item_id)
+
+
+def test_episodes_come_back_in_the_order_played_not_finished(hf_nano, chat):
+    trajs = run_episodes(hf_nano, _SlowStartBabyAI, [7, 8], chat, n=3, max_rounds=1,
+                         params=SamplingParams(max_tokens=16, seed=3), max_total_tokens=2048)
+    assert [t.episode for t in trajs] == list(range(6))
+    assert [t.group for t in trajs] == [0, 0, 0, 1, 1, 1]
+
+
 @pytest.mark.parametrize("engine_name", ["hf_nano", pytest.param("vllm_nano", marks=pytest.mark.slow)])
 def test_real_rollouts_keep_the_contract(engine_name, request, chat, nano_dir):
     from transformers import AutoModelForCausalLM

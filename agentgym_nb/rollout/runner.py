@@ -111,6 +111,7 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
             unclosed.append(fut)
             if not ep.traj.failed:
                 closing.append(fut)
+        ep.traj.episode = ep.index
         finished.append(ep.traj)
         stats.episodes += 1
         stats.policy_tokens += ep.traj.num_policy_tokens
@@ -153,7 +154,9 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
                 stats.generate_seconds += last_generate
                 for ep, c in zip(batch, completions):
                     ids, logprobs = c.token_ids, c.logprobs
-                    room = max_total_tokens - len(ep.traj.input_ids) - 1   # keep room for a closing token
+                    # room for the end-of-turn token the template adds unless the reply sampled it itself
+                    closed = bool(ids) and ids[-1] == chat.end_of_turn_id
+                    room = max_total_tokens - len(ep.traj.input_ids) - (0 if closed else 1)
                     if len(ids) > room:
                         ids, logprobs = ids[:max(room, 0)], logprobs[:max(room, 0)]
                         ep.traj.truncated = True
@@ -169,7 +172,7 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
         closer.shutdown(wait=False)
         torch.set_num_threads(torch_threads)
     stats.seconds += time.perf_counter() - t0
-    finished.sort(key=lambda t: t.group)
+    finished.sort(key=lambda t: t.episode)   # the order played, not the order finished: a rerun gets the same list
     return finished
 
 

@@ -88,6 +88,7 @@ class Trajectory:
     turn_ids: list[int] = field(default_factory=list)
     sampled_logprobs: list[float] = field(default_factory=list)   # engine log-probs, aligned with POLICY tokens
     messages: list[dict] = field(default_factory=list)             # the same episode as chat text, for logs
+    episode: int = 0              # position in the run's episode order (it fixes the episode's random draws)
     anchors: list[str] = field(default_factory=list)   # digest of the env's state before each turn (runner.anchor_of):
                                                        # turn k acted in anchors[k - 1]
     reward: float = 0.0
@@ -112,14 +113,17 @@ class Trajectory:
         return t
 
     def add_reply(self, chat: ChatFormat, token_ids: list[int], logprobs: list[float] | None = None) -> str:
-        """Append the sampled ids (trained). A reply that did not end with a stop token gets the end-of-turn
-        token appended as scaffolding (not trained: the model never sampled it)."""
+        """Append the sampled ids (trained). A reply that did not end with the end-of-turn token (cut by
+        max_tokens, or ended by another stop token such as the model's EOS) gets it appended as scaffolding (not
+        trained: the model never sampled it), so the sequence is the chat template's."""
         self.num_rounds += 1
         self._extend(list(token_ids), POLICY)
         self.sampled_logprobs.extend(logprobs if logprobs is not None else [float("nan")] * len(token_ids))
         ended = bool(token_ids) and token_ids[-1] in chat.stop_token_ids
         if not ended:
             self.replies_cut_by_max_tokens += 1
+        if not token_ids or token_ids[-1] != chat.end_of_turn_id:
+            # cut, or closed by an EOS that is not the template's end-of-turn token: the template still closes it
             self._extend([chat.end_of_turn_id], TEMPLATE)
         text = chat.tokenizer.decode(token_ids, skip_special_tokens=True)
         self.messages.append({"role": "assistant", "content": text})
@@ -170,7 +174,7 @@ class Trajectory:
 
     def to_log(self) -> dict:
         """One JSONL record: AgentGym-RL's {item_id, conversations, reward} plus what a reader needs to audit it."""
-        return {"item_id": self.item_id, "group": self.group, "conversations": self.messages,
+        return {"item_id": self.item_id, "group": self.group, "episode": self.episode, "conversations": self.messages,
                 "reward": self.reward, "success": self.success, "done": self.done, "truncated": self.truncated,
                 "failed": self.failed, "num_rounds": self.num_rounds,
                 "replies_cut_by_max_tokens": self.replies_cut_by_max_tokens,
