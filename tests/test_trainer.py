@@ -231,3 +231,50 @@ def test_an_adaptive_schedule_watching_success_in_reach_gets_it_every_step(tmp_p
         assert within and m["success_in_reach"] == pytest.approx(sum(within) / len(within))
     finally:
         trainer.close()
+
+
+def test_metrics_are_rewritten_atomically(tmp_path):
+    """A process that opened metrics.jsonl before the main process cut it to the checkpoint's steps still reads a
+    whole file (the old one), never a truncated one; a later reader sees the new one."""
+    from agentgym_nb.train.checkpoint import write_metrics
+    path = str(tmp_path / "metrics.jsonl")
+    old = [{"step": s, "reward": 0.5} for s in (1, 2, 3)]
+    write_metrics(path, old)
+    with open(path) as reader:
+        write_metrics(path, old[:2])
+        assert [json.loads(line) for line in reader] == old
+    assert [json.loads(line) for line in open(path)] == old[:2]
+
+
+@pytest.mark.timeout(900)
+def test_a_run_killed_mid_step_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path, nano_dir):
+    """`kill -9` during step 3 (its rollouts written, its update not saved), then the same command again: the run
+    resumes from step 2's checkpoint, replays step 3 and ends with the weights, bit for bit, of a run never
+    interrupted. HF engine: each episode samples with its own seeded generator, and episodes come back in the order
+    played, so the replayed step sees the same episodes in the same order."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from safetensors.torch import load_file
+
+    def command(name):
+        return [sys.executable, "-m", "agentgym_nb.train.rl", "--env", "babyai", "--preset", "smoke", "--name", name,
+                f"out_dir={tmp_path}", "engine=hf", "steps=4", "save_every=1", "lr=1e-3", "threads=1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(command("straight"), env=env, check=True, capture_output=True, timeout=400)
+    run = tmp_path / "runs" / "killed"
+    proc = subprocess.Popen(command("killed"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 400
+    while not (run / "rollouts" / "step_00003.jsonl").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (run / "ckpt" / "step_00003").exists() and not (run / "ckpt" / "step_00004").exists()
+    subprocess.run(command("killed"), env=env, check=True, capture_output=True, timeout=400)
+    straight = load_file(str(tmp_path / "runs" / "straight" / "ckpt" / "step_00004" / "model.safetensors"))
+    resumed = load_file(str(run / "ckpt" / "step_00004" / "model.safetensors"))
+    assert straight.keys() == resumed.keys()
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight)
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [1, 2, 3, 4]

@@ -75,9 +75,18 @@ def resume(accelerator, run_dir: str, sharded: dict | None = None) -> tuple[int,
     with open(metrics_path) as f:
         history = [m for m in map(json.loads, f) if m["step"] <= step]
     if accelerator.is_main_process:
-        with open(metrics_path, "w") as f:
-            f.writelines(json.dumps(m) + "\n" for m in history)
+        write_metrics(metrics_path, history)
     return step, history, path
+
+
+def write_metrics(path: str, history: list[dict]) -> None:
+    """Replace metrics.jsonl with `history` atomically: the other processes of a resumed run read it at the same
+    moment, and a file truncated in place could give them a partial history; a renamed file gives each reader the
+    old whole file or the new one."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.writelines(json.dumps(m) + "\n" for m in history)
+    os.replace(tmp, path)
 
 
 def _fsdp_state(sharded: dict, path: str, *, load: bool) -> None:
