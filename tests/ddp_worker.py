@@ -7,6 +7,9 @@
    to compare with one process's update on the union of the episodes.
 3. `skip` (GRPO, filter_groups): an update where only rank 1's groups carry a signal (rank 0's all score 0.9), then
    one where no rank's do; every rank writes its optimizer steps and weight fingerprints.
+4. `filtered` (GRPO, filter_groups): every group of the step carries a signal, more of them than prompts_per_step;
+   every rank chooses its groups to train, updates, and writes its episodes, its choice and its weights, for the test
+   to compare with one process's choice and update on the union.
 """
 import dataclasses
 import json
@@ -73,6 +76,29 @@ def union_update(out_dir: str) -> None:
     trainer.close()
 
 
+def filtered_config(out_dir: str):
+    """GRPO with dynamic sampling: 4 groups played (2 per process), 2 trained; one mini-batch, no entropy bonus."""
+    return make_config(preset="smoke", name="filtered", overrides={
+        "out_dir": out_dir, "engine": "hf", "lr": 1e-2, "entropy_coef": 0.0, "filter_groups": True,
+        "prompts_per_step": 2, "oversample": 2, "samples_per_prompt": 2, "mini_batches": 1, "threads": 1})
+
+
+def filtered_update(out_dir: str) -> None:
+    trainer = Trainer(filtered_config(out_dir), log=lambda *a: None)
+    rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
+    trajs = rescored_episodes(trainer, rank, world)
+    for i, t in enumerate(trajs):
+        t.reward = float(i % 2)   # 0 and 1 in every group: each one is informative
+    chosen = trainer.groups_to_train(trajs, len(trainer.items_for_step(1)))
+    out = trainer._update(chosen, 1)
+    with open(os.path.join(out_dir, f"filtered_rank{rank}.json"), "w") as f:
+        json.dump({"episodes": [dataclasses.asdict(t) for t in trajs], "chosen": sorted({t.group for t in chosen}),
+                   "optimizer_steps": out["optimizer_steps"]}, f)
+    torch.save(trainer.accelerator.unwrap_model(trainer.model).state_dict(),
+               os.path.join(out_dir, f"filtered_rank{rank}.pt"))
+    trainer.close()
+
+
 def skip_decision(out_dir: str) -> None:
     """The skip is decided over all processes: a rank whose own advantages are all 0 must still take its part in
     the backward passes and optimizer steps when another rank has a signal (or the ranks would part ways)."""
@@ -101,4 +127,5 @@ if __name__ == "__main__":
     grpo_step(sys.argv[1])
     union_update(sys.argv[1])
     skip_decision(sys.argv[1])
+    filtered_update(sys.argv[1])
     torch.distributed.barrier()

@@ -74,5 +74,32 @@ def test_two_process_skip_is_decided_over_both_processes(ddp_out):
     assert [r["after_none"] for r in ranks] == [ranks[0]["after_one"]] * 2
 
 
+def test_two_process_dynamic_sampling_trains_the_groups_one_process_would(ddp_out, tmp_path):
+    """filter_groups, GRPO: all 4 groups of the step carry a signal, 2 are to be trained. The cap is applied over
+    both processes (the step's first two groups: rank 0's group 0 and rank 1's group 0), not per process (which
+    would train all four), and the update equals one process's on the union of the episodes."""
+    from ddp_worker import filtered_config
+
+    from agentgym_nb.train.rl import Trainer
+    shares = [json.load(open(ddp_out / f"filtered_rank{r}.json")) for r in (0, 1)]
+    after = [torch.load(ddp_out / f"filtered_rank{r}.pt") for r in (0, 1)]
+    assert [s["chosen"] for s in shares] == [[0], [0]]
+    assert all(torch.equal(after[0][k], after[1][k]) for k in after[0])
+    union = []
+    for rank, share in enumerate(shares):   # process r's group g is the step's group r + 2 g
+        union += [Trajectory(**{**t, "group": rank + 2 * t["group"]}) for t in share["episodes"]]
+    single = Trainer(filtered_config(str(tmp_path)), log=lambda *a: None)
+    model = single.accelerator.unwrap_model(single.model)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    chosen = single.groups_to_train(union, 4)
+    assert sorted({t.group for t in chosen}) == [0, 1]
+    out = single._update(chosen, 1)
+    single.close()
+    assert out["optimizer_steps"] == shares[0]["optimizer_steps"] == 1
+    state = model.state_dict()
+    gap = _norm({k: after[0][k] - state[k] for k in before}) / _norm({k: state[k] - before[k] for k in before})
+    assert gap < 1e-3, f"the two-process update is not the update on the union: they differ by {gap:.1e} of it"
+
+
 def _norm(tensors: dict) -> float:
     return sum(float(v.double().norm()) ** 2 for v in tensors.values()) ** 0.5

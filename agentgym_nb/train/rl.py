@@ -194,11 +194,7 @@ class Trainer:
         usable = [t for t in trajs if not t.failed and t.num_policy_tokens > 0]
         if not usable:   # (with several processes this one would leave the others waiting: fail loudly)
             raise RuntimeError(f"step {step}: no usable episode ({len(failed)} failed): check the env server")
-        train_on = usable
-        if cfg.filter_groups:
-            # Only groups whose scores differ carry signal. With none, the step measures its losses (KL, entropy) on
-            # as many groups as it would have trained on, and skips the optimizer.
-            train_on = informative_groups(usable, cfg.prompts_per_step) or first_groups(usable, cfg.prompts_per_step)
+        train_on = self.groups_to_train(usable, len(self.items_for_step(step))) if cfg.filter_groups else usable
         update = self._update(train_on, step)
         learn = update["optimizer_steps"] > 0
         t_sync = time.perf_counter()
@@ -419,6 +415,26 @@ class Trainer:
             moments = self.accelerator.reduce(moments.to(self.accelerator.device), "sum").cpu()
         return adv_fns.masked_whiten(x, mask, moments=moments)
 
+    def groups_to_train(self, usable: list, n_groups: int) -> list:
+        """DAPO's dynamic sampling, decided over all processes: the episodes of the first prompts_per_step groups of
+        the step (in item order, a seeded shuffle) whose scores differ, since only they carry a signal; with none
+        anywhere, of the first prompts_per_step groups, on which the step measures its losses (KL, entropy) and
+        skips the optimizer. Process r holds the step's groups r, r + world, ... as its groups 0, 1, ..."""
+        rank, world = self.accelerator.process_index, self.accelerator.num_processes
+        scores: dict[int, set] = {}
+        for t in usable:
+            scores.setdefault(t.group, set()).add(t.reward)
+        flags = [0] * (2 * n_groups)   # [present..., informative...] by the step's group number
+        for g, values in scores.items():
+            flags[rank + g * world] = 1
+            flags[n_groups + rank + g * world] = int(len(values) > 1)
+        total = self._sum_over_processes(*flags)
+        limit = self.cfg.prompts_per_step
+        chosen = ([g for g in range(n_groups) if total[n_groups + g]][:limit]
+                  or [g for g in range(n_groups) if total[g]][:limit])
+        mine = {(g - rank) // world for g in chosen if g % world == rank}
+        return [t for t in usable if t.group in mine]
+
     def _sum_over_processes(self, *counts: int) -> list[int]:
         if self.accelerator.num_processes == 1:
             return list(counts)
@@ -522,22 +538,6 @@ class Trainer:
 
     def close(self) -> None:
         self.engine.close()
-
-
-def informative_groups(trajs: list, limit: int) -> list:
-    """The episodes of the first `limit` groups whose members did not all get the same score (DAPO's dynamic
-    sampling). Groups are taken in item order, which is a seeded shuffle, so the choice is reproducible."""
-    by_group: dict[int, list] = {}
-    for t in trajs:
-        by_group.setdefault(t.group, []).append(t)
-    kept = [eps for eps in by_group.values() if len({t.reward for t in eps}) > 1][:limit]
-    return [t for eps in kept for t in eps]
-
-
-def first_groups(trajs: list, limit: int) -> list:
-    """The episodes of the first `limit` groups, in item order."""
-    keep = set(list(dict.fromkeys(t.group for t in trajs))[:limit])
-    return [t for t in trajs if t.group in keep]
 
 
 def _mean(xs) -> float:
