@@ -1,0 +1,29 @@
+"""The notebooks as committed: stripped of outputs, one `parameters` cell for papermill, the preset read from
+AGENTGYM_NB_PRESET, and no text about how they were made."""
+import glob
+import json
+import os
+import re
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
+
+
+def test_there_are_notebooks():
+    assert len(NOTEBOOKS) >= 9
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+def test_a_notebook_is_committed_clean_with_one_parameters_cell(path):
+    nb = json.load(open(path))
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert all(c["outputs"] == [] and c["execution_count"] is None for c in code), "outputs are not stripped"
+    assert "widgets" not in nb["metadata"], "an executed copy's widget state is committed"
+    tagged = [c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", [])]
+    assert len(tagged) == 1 and tagged[0]["cell_type"] == "code", "needs exactly one code cell tagged `parameters`"
+    source = "".join("".join(c["source"]) for c in code)
+    assert "AGENTGYM_NB_PRESET" in source, "the preset must follow $AGENTGYM_NB_PRESET (smoke in tests)"
+    text = "".join("".join(c["source"]) for c in nb["cells"])
+    assert not re.search(r"\bsession \d+|\bsession's\b", text), "the notebook speaks of a work session"
