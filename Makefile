@@ -8,7 +8,7 @@ RUN ?= demo-$(ENV)
 COMPARE ?= False
 export PYTHONHASHSEED := 0
 
-.PHONY: demo test test-fast install model bench clean-outputs strip-notebooks
+.PHONY: demo test test-fast lab install model bench clean-outputs strip-notebooks
 
 install:
 	bash scripts/install.sh
@@ -23,6 +23,10 @@ demo: model
 	@echo
 	@echo "Results: outputs/runs/$(RUN)/  (summary.json, metrics.jsonl, figures/, rollouts/, executed notebook)"
 	@cat outputs/runs/$(RUN)/summary.json
+
+# JupyterLab on the notebooks with the project's kernel (.venv); the URL with its token is printed
+lab: install
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
 test: install
 	AGENTGYM_NB_PRESET=smoke $(PY) -m pytest tests --nbmake notebooks -q -p no:cacheprovider
