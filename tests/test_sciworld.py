@@ -308,7 +308,7 @@ def test_our_client_against_our_server(server, env):
     assert first.startswith(LIFESPAN_TASK + "\nThis room is called the greenhouse.") and client.observe() == first
     step = client.step(reply("fly to the moon"))
     assert (step.observation, step.reward, step.done, step.info) == (NO_MATCH, 0.0, False, {
-        "score": 0, "reward": 0, "action": "fly to the moon", "valid": False})
+        "score": 0, "step_reward": 0, "action": "fly to the moon", "valid": False})
     for text in replies:  # from the module's env: one JVM less than the client's own expert() would start
         step = client.step(text)
         if step.done:
