@@ -66,18 +66,19 @@ def test_a_reply_closed_by_another_stop_token_gets_the_templates_end_of_turn(tok
 
 
 class _ExactBudgetEngine:
-    """Replies that end with the end-of-turn token and are exactly as long as the room left under the budget."""
+    """Replies that end with the end-of-turn token and are `extra` tokens longer than the room left under the
+    budget (0: exactly as long)."""
 
-    def __init__(self, inner, chat, budget: int):
-        self.inner, self.chat, self.budget = inner, chat, budget
+    def __init__(self, inner, chat, budget: int, extra: int = 0):
+        self.inner, self.chat, self.budget, self.extra = inner, chat, budget, extra
 
     def generate(self, prompts, params, seeds=None):
         out = self.inner.generate(prompts, params, seeds)
         for prompt, c in zip(prompts, out):
-            room = self.budget - len(prompt)
+            length = self.budget - len(prompt) + self.extra
             words = self.chat.encode("Action: turn left")
-            c.token_ids = (words * room)[:room - 1] + [self.chat.end_of_turn_id]
-            c.logprobs = [0.0] * room
+            c.token_ids = (words * length)[:length - 1] + [self.chat.end_of_turn_id]
+            c.logprobs = [0.0] * length
         return out
 
 
@@ -94,6 +95,19 @@ def test_a_reply_that_closes_itself_exactly_at_the_budget_is_played(chat, hf_nan
     assert len(t.input_ids) == budget and t.input_ids[-1] == chat.end_of_turn_id
     # the reply was played: the env's answer is in the conversation, and it, not the reply, is what did not fit
     assert t.num_rounds == 1 and [m["role"] for m in t.messages[-2:]] == ["assistant", "user"] and t.truncated
+
+
+def test_a_closed_reply_too_long_for_the_budget_is_cut_within_it(chat, hf_nano):
+    """Cut, it no longer ends with its own end-of-turn token, so the one the template adds must still fit."""
+    env = envs.make("babyai")
+    prompt_len = len(Trajectory.start(chat, env.instruction, env.reset(7), 7).input_ids)
+    env.close()
+    budget = prompt_len + 12
+    trajs = run_episodes(_ExactBudgetEngine(hf_nano, chat, budget, extra=3), lambda: envs.make("babyai"), [7], chat, n=1,
+                         max_rounds=3, params=SamplingParams(max_tokens=24, seed=1), max_total_tokens=budget)
+    t = trajs[0]
+    assert t.truncated and t.num_rounds == 1
+    assert len(t.input_ids) == budget and t.input_ids[-1] == chat.end_of_turn_id and t.kinds[-1] == TEMPLATE
 
 
 class _SlowStartBabyAI(envs.env_class("babyai")):

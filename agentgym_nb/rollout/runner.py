@@ -154,10 +154,9 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
                 stats.generate_seconds += last_generate
                 for ep, c in zip(batch, completions):
                     ids, logprobs = c.token_ids, c.logprobs
-                    # room for the end-of-turn token the template adds unless the reply sampled it itself
-                    closed = bool(ids) and ids[-1] == chat.end_of_turn_id
-                    room = max_total_tokens - len(ep.traj.input_ids) - (0 if closed else 1)
-                    if len(ids) > room:
+                    room = max_total_tokens - len(ep.traj.input_ids) - 1   # for the end-of-turn a cut reply gets
+                    closed = bool(ids) and ids[-1] == chat.end_of_turn_id   # sampled its own: needs none added
+                    if len(ids) > room + closed:
                         ids, logprobs = ids[:max(room, 0)], logprobs[:max(room, 0)]
                         ep.traj.truncated = True
                     text = ep.traj.add_reply(chat, ids, logprobs)
