@@ -89,7 +89,7 @@ def filtered_update(out_dir: str) -> None:
     trajs = rescored_episodes(trainer, rank, world)
     for i, t in enumerate(trajs):
         t.reward = float(i % 2)   # 0 and 1 in every group: each one is informative
-    chosen = trainer.groups_to_train(trajs, len(trainer.items_for_step(1)))
+    chosen = trainer.groups_to_train(trajs)
     out = trainer._update(chosen, 1)
     with open(os.path.join(out_dir, f"filtered_rank{rank}.json"), "w") as f:
         json.dump({"episodes": [dataclasses.asdict(t) for t in trajs], "chosen": sorted({t.group for t in chosen}),

@@ -91,7 +91,7 @@ def test_two_process_dynamic_sampling_trains_the_groups_one_process_would(ddp_ou
     single = Trainer(filtered_config(str(tmp_path)), log=lambda *a: None)
     model = single.accelerator.unwrap_model(single.model)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    chosen = single.groups_to_train(union, 4)
+    chosen = single.groups_to_train(union)
     assert sorted({t.group for t in chosen}) == [0, 1]
     out = single._update(chosen, 1)
     single.close()

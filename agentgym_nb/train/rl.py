@@ -194,7 +194,7 @@ class Trainer:
         usable = [t for t in trajs if not t.failed and t.num_policy_tokens > 0]
         if not usable:   # (with several processes this one would leave the others waiting: fail loudly)
             raise RuntimeError(f"step {step}: no usable episode ({len(failed)} failed): check the env server")
-        train_on = self.groups_to_train(usable, len(self.items_for_step(step))) if cfg.filter_groups else usable
+        train_on = self.groups_to_train(usable) if cfg.filter_groups else usable
         update = self._update(train_on, step)
         learn = update["optimizer_steps"] > 0
         t_sync = time.perf_counter()
@@ -415,12 +415,13 @@ class Trainer:
             moments = self.accelerator.reduce(moments.to(self.accelerator.device), "sum").cpu()
         return adv_fns.masked_whiten(x, mask, moments=moments)
 
-    def groups_to_train(self, usable: list, n_groups: int) -> list:
+    def groups_to_train(self, usable: list) -> list:
         """DAPO's dynamic sampling, decided over all processes: the episodes of the first prompts_per_step groups of
         the step (in item order, a seeded shuffle) whose scores differ, since only they carry a signal; with none
         anywhere, of the first prompts_per_step groups, on which the step measures its losses (KL, entropy) and
         skips the optimizer. Process r holds the step's groups r, r + world, ... as its groups 0, 1, ..."""
         rank, world = self.accelerator.process_index, self.accelerator.num_processes
+        n_groups = self.cfg.prompts_per_step * self.cfg.oversample   # the step's items (items_for_step)
         scores: dict[int, set] = {}
         for t in usable:
             scores.setdefault(t.group, set()).add(t.reward)
