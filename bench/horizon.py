@@ -378,9 +378,10 @@ def verdicts(out: dict, runs: dict) -> dict:
     """The paper's claims, each "reproduced", "not reproduced" or "inconclusive" with its numbers.
 
     A difference is established when its 95% interval over seeds excludes 0 (the seed interval: runs are the
-    replicates; the item interval is reported beside it)."""
-    def sign(d: dict) -> int:
-        if not d:
+    replicates; the item interval is reported beside it). One seed has no interval (its t-interval is the point
+    itself), so it establishes nothing, and a claim whose arms have not run is inconclusive."""
+    def sign(d: dict | None) -> int:
+        if not d or len(d["seeds"]) < 2:
             return 0
         lo, hi = d["ci95_seeds"]
         return 1 if lo > 0 else -1 if hi < 0 else 0
@@ -400,8 +401,11 @@ def verdicts(out: dict, runs: dict) -> dict:
     drops = [u["peak"] - u["final"] for u in unstable]
     collapsed = [u for u in unstable if u["peak"] - u["final"] >= 0.10]
     d6 = pairs.get("stepwise - fixed6 @ tokens") or pairs.get("stepwise - fixed6 @ steps")
-    claim = "reproduced" if collapsed and len(collapsed) * 2 >= len(unstable) and sign(d6) > 0 else \
-        "not reproduced" if not collapsed and sign(d6) <= 0 else "inconclusive"
+    if len(unstable) < 2 or not d6 or len(d6["seeds"]) < 2:
+        claim = "inconclusive"
+    else:
+        claim = "reproduced" if collapsed and len(collapsed) * 2 >= len(unstable) and sign(d6) > 0 else \
+            "not reproduced" if not collapsed and sign(d6) <= 0 else "inconclusive"
     v["fixed_long_unstable_fixed_short_plateaus"] = {
         "verdict": claim, "fixed20_peak_minus_final": drops, "fixed20_runs_that_fell_10_points": len(collapsed),
         "fixed20_runs": len(unstable), "fixed6_curves_h20": plateau, "stepwise_minus_fixed6": d6}

@@ -7,11 +7,57 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import horizon  # noqa: E402  (bench/ is scripts, not a package)
 
 
+def _evaluation(success_by_item: list[float]) -> dict:
+    return {"success": sum(success_by_item) / len(success_by_item),
+            "items": {str(i): y for i, y in enumerate(success_by_item)}}
+
+
+def _run(curve: list[float]) -> dict:
+    """A fixed-long run's held-out curve (step, tokens, success) every 10 steps."""
+    return {"curve_h20": [(10 * i, 1000 * i, y) for i, y in enumerate(curve)], "steps": [{"kl": 0.01}],
+            "points": {"steps": {"step": 10 * (len(curve) - 1)}}, "eval_horizon": 20,
+            "evals": {f"{10 * (len(curve) - 1)}/20": {"success": curve[-1]}}}
+
+
+def test_one_seed_establishes_no_difference():
+    """A single seed's t-interval is the point itself: +20 points on one seed is no verdict."""
+    better, worse = _evaluation([1, 1, 0, 0, 0]), _evaluation([1, 0, 0, 0, 0])
+    one = horizon.paired({0: better}, {0: worse}, [0])
+    assert one["ci95_seeds"] == [0.2, 0.2]
+    verdict = horizon.verdicts({"pairs": {"fixed20 - fixed20-rpp @ steps": one}}, {})
+    assert verdict["grpo_at_or_above_reinforce_pp_fixed20"]["verdict"] == "inconclusive"
+    # three seeds that agree do establish it: per-seed differences 0.2, 0.4, 0.2 -> mean 0.267, t(2) = 4.303,
+    # s = 0.115, half width 4.303 * 0.115 / sqrt(3) = 0.287: the interval [-0.02, 0.55] still covers 0 ...
+    best = _evaluation([1, 1, 1, 0, 0])
+    three = horizon.paired({0: better, 1: best, 2: better}, {0: worse, 1: worse, 2: worse}, [0, 1, 2])
+    assert three["ci95_seeds"][0] < 0 < three["ci95_seeds"][1]
+    assert horizon.verdicts({"pairs": {"fixed20 - fixed20-rpp @ steps": three}}, {})[
+        "grpo_at_or_above_reinforce_pp_fixed20"]["verdict"] == "inconclusive"
+    # ... four equal differences of 0.2 give a zero-width interval at 0.2: reproduced
+    four = horizon.paired({s: better for s in range(4)}, {s: worse for s in range(4)}, [0, 1, 2, 3])
+    assert horizon.verdicts({"pairs": {"fixed20 - fixed20-rpp @ steps": four}}, {})[
+        "grpo_at_or_above_reinforce_pp_fixed20"]["verdict"] == "reproduced"
+
+
+def test_instability_needs_two_fixed_long_runs_and_the_short_arm():
+    stable = {("fixed20", 0): _run([0.12, 0.15, 0.16])}
+    assert horizon.verdicts({"pairs": {}}, stable)["fixed_long_unstable_fixed_short_plateaus"]["verdict"] == \
+        "inconclusive"
+    collapsed = {("fixed20", s): _run([0.12, 0.30, 0.05]) for s in range(2)}   # peak - final = 0.25 each
+    no_short = horizon.verdicts({"pairs": {}}, collapsed)["fixed_long_unstable_fixed_short_plateaus"]
+    assert no_short["verdict"] == "inconclusive" and no_short["fixed20_runs_that_fell_10_points"] == 2
+    up = horizon.paired({s: _evaluation([1, 1, 0, 0]) for s in range(2)}, {s: _evaluation([1, 0, 0, 0]) for s in range(2)},
+                        [0, 1])
+    both = horizon.verdicts({"pairs": {"stepwise - fixed6 @ steps": up}}, collapsed)
+    assert both["fixed_long_unstable_fixed_short_plateaus"]["verdict"] == "reproduced"
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_horizon_study_runs_both_budgets_and_reports(tmp_path):
     out = tmp_path / "horizon.json"
