@@ -102,6 +102,12 @@ class RunConfig:
     eval_samples: int = 1
     eval_rounds: int = 20
     eval_temperature: float = 1.0
+    # run health: a step past one of these stops the run with a message saying which and why (None: not checked).
+    # The metrics are logged at every step whatever these are (Trainer.train_step).
+    sync_tolerance: float | None = 0.1   # mean |engine - trainer| log-prob on a probe sequence after a weight sync
+                                         # (fp32 engines agree to ~1e-6, bf16 ones to ~1e-2): else the sync did not take
+    max_mismatch_kl: float | None = 0.05  # KL(engine || trainer) per sampled token, estimated on the step's episodes
+    max_env_errors: float | None = 0.5   # share of a step's episodes that failed in the env, three steps in a row
     # machine
     threads: int = 0                     # torch threads; 0 = all cores
     rollout_tp: int = 1                  # devices each vLLM engine is split over (tensor parallel); one engine per
@@ -360,6 +366,10 @@ def validate(cfg: RunConfig) -> None:
         raise ValueError(f"temperature (training rollouts) must be > 0: the policy's log-probs divide the logits by it, "
                          f"and PPO's ratio needs a sampling distribution; got {cfg.temperature!r} (greedy decoding "
                          "is for evaluation: eval_temperature=0)")
+    for name in ("sync_tolerance", "max_mismatch_kl", "max_env_errors"):
+        value = getattr(cfg, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+            raise ValueError(f"{name} must be a positive number, or None to turn that health check off; got {value!r}")
     if not 0 < cfg.clip_ratio < 1 or (cfg.clip_ratio_high is not None and cfg.clip_ratio_high <= 0):
         raise ValueError(f"PPO clipping needs 0 < clip_ratio < 1 and clip_ratio_high > 0 (or None), got "
                          f"clip_ratio={cfg.clip_ratio!r}, clip_ratio_high={cfg.clip_ratio_high!r}")

@@ -59,6 +59,12 @@ class Engine(ABC):
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Sample from these weights (HF parameter names, e.g. `model.state_dict().items()`) from now on."""
 
+    @abstractmethod
+    def prompt_logprobs(self, token_ids: list[int]) -> list[float]:
+        """log p(token_ids[t] | token_ids[:t]) for t = 1 .. len - 1 under the engine's weights (temperature 1, no
+        filtering): what the trainer's `token_logprobs` gives for the same ids, so the two can be held side by side
+        (the trainer's check that a weight sync took)."""
+
     def close(self) -> None:
         """Free the engine's memory; the engine is unusable afterwards."""
 
@@ -163,6 +169,13 @@ class HFEngine(Engine):
                                                   generators[start:start + self.batch_size])]
         finally:
             self.model.train(was_training)
+
+    @torch.inference_mode()
+    def prompt_logprobs(self, token_ids: list[int]) -> list[float]:
+        check_prompts([token_ids])
+        ids = torch.tensor([token_ids], device=self.model.device)
+        logp = self.model(input_ids=ids).logits[0, :-1].float().log_softmax(-1)
+        return logp.gather(-1, ids[0, 1:, None]).squeeze(-1).tolist()
 
     def _generate_batch(self, prompts, params, stop, generators) -> list[Completion]:
         from transformers import DynamicCache   # importing transformers takes seconds; only the HF engine needs it
@@ -313,6 +326,13 @@ class VLLMEngine(Engine):
             ids = list(c.token_ids)
             completions.append(Completion(ids, [lp[t].logprob for lp, t in zip(c.logprobs, ids)], c.finish_reason))
         return completions
+
+    def prompt_logprobs(self, token_ids: list[int]) -> list[float]:
+        from vllm import SamplingParams as VLLMSamplingParams   # optional, like the LLM it scores with
+        check_prompts([token_ids])
+        probe = VLLMSamplingParams(temperature=1.0, max_tokens=1, prompt_logprobs=0, detokenize=False)
+        out = self.llm.generate([{"prompt_token_ids": list(token_ids)}], probe, use_tqdm=False)[0]
+        return [lp[t].logprob for lp, t in zip(out.prompt_logprobs[1:], token_ids[1:])]
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Needs the full set of HF parameter names. vLLM reloads layer by layer into fused kernels: a partial

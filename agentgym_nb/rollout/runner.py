@@ -242,6 +242,7 @@ def _collect(fut: cf.Future, ep: _Episode, chat: ChatFormat, max_rounds: int, ma
     t.reward = float(step.reward)
     t.success = ep.env.success(t.reward)
     t.done = bool(step.done)
+    t.invalid_actions += step.info.get("valid") is False
     fits = t.add_observation(chat, step.observation, budget=max_total_tokens)
     if t.done:
         return False

@@ -98,6 +98,7 @@ class Trajectory:
     failed: str | None = None     # the env failed (error text); such episodes are excluded from updates
     num_rounds: int = 0           # assistant turns taken
     replies_cut_by_max_tokens: int = 0   # replies that reached max_tokens before an end-of-turn was sampled
+    invalid_actions: int = 0      # turns the env judged invalid (Step.info["valid"] False)
 
     @classmethod
     def start(cls, chat: ChatFormat, instruction: list[dict], observation: str, item_id: int, group: int = 0):
@@ -177,7 +178,7 @@ class Trajectory:
         return {"item_id": self.item_id, "group": self.group, "episode": self.episode, "conversations": self.messages,
                 "reward": self.reward, "success": self.success, "done": self.done, "truncated": self.truncated,
                 "failed": self.failed, "num_rounds": self.num_rounds,
-                "replies_cut_by_max_tokens": self.replies_cut_by_max_tokens,
+                "replies_cut_by_max_tokens": self.replies_cut_by_max_tokens, "invalid_actions": self.invalid_actions,
                 "num_tokens": len(self.input_ids), "num_policy_tokens": self.num_policy_tokens}
 
 

