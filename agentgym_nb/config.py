@@ -85,7 +85,7 @@ class RunConfig:
     # d^(k-1): its last turns, which the horizon stopped, carry less of the blame than the turns that spent it.
     cut_out_of_baseline: bool = False
     cut_turn_discount: float = 1.0
-    critic_lr: float | None = None       # GAE's critic; None = lr
+    critic_lr: float = 1e-5              # GAE's critic (verl's and AgentGym-RL's critic.optim.lr)
     value_clip: float = 0.5
     entropy_coef: float = 0.0
     loss_agg: str = "token-mean"
@@ -108,6 +108,9 @@ class RunConfig:
                                          # (fp32 engines agree to ~1e-6, bf16 ones to ~1e-2): else the sync did not take
     max_mismatch_kl: float | None = 0.05  # KL(engine || trainer) per sampled token, estimated on the step's episodes
     max_env_errors: float | None = 0.5   # share of a step's episodes that failed in the env, three steps in a row
+    # experiment tracking through Accelerate's trackers, beside metrics.jsonl (the record): None = TensorBoard when it
+    # is installed; or names such as ["tensorboard", "wandb", "mlflow"] (W&B offline: WANDB_MODE=offline); [] = none
+    trackers: list[str] | None = None
     # machine
     threads: int = 0                     # torch threads; 0 = all cores
     rollout_tp: int = 1                  # devices each vLLM engine is split over (tensor parallel); one engine per
@@ -162,7 +165,8 @@ DOTTED_KEYS = {
     "actor_rollout_ref.actor.grad_clip": "grad_clip",
     "data.train_batch_size": "prompts_per_step",
     "algorithm.filter_groups.enable": "filter_groups",
-    "data.max_response_length": "max_response_length",   # special: added to the prompt budget, see _apply
+    "data.max_prompt_length": "max_prompt_length",       # special: the two parts of max_total_tokens, see _apply
+    "data.max_response_length": "max_response_length",
     "trainer.total_training_steps": "steps",
     "trainer.save_freq": "save_every",
     "trainer.experiment_name": "name",
@@ -224,6 +228,9 @@ def preset_values(env: str, preset: str, track: str | None = None) -> dict[str, 
                     kl_type="low_var_kl", entropy_coef=0.001, clip_ratio=0.2, grad_clip=1.0, temperature=1.0,
                     ppo_epochs=1, bf16=True, save_every=25, eval_items=100, micro_batch_tokens=4096,
                     gradient_checkpointing=True, rollout_tp=1, launch_config="fsdp_8gpu",
+                    # AgentGym-RL takes a per-micro-batch token mean with micro-batches of one trajectory, then
+                    # averages over the micro-batches: every trajectory weighs the same, whatever its length
+                    loss_agg="seq-mean-token-mean",
                     kv_cache_gib=20)   # a process's episodes at full length: TextCraft's 32 x 10,752 tokens
                                        # x 56 KiB (Qwen2.5-7B: 28 layers x K, V x 512 x 2 bytes) = 18.4 GiB
     if preset == "cpu":
@@ -233,6 +240,7 @@ def preset_values(env: str, preset: str, track: str | None = None) -> dict[str, 
         return dict(**items, **_episodes(chosen.cpu), model="nano", prompts_per_step=8, samples_per_prompt=8,
                     oversample=2, filter_groups=True, schedule="stepwise", rounds_every=12, steps=40, lr=3e-4,
                     kl_coef=0.001, mini_batches=2, save_every=5, eval_items=100,
+                    critic_lr=3e-4,   # the nano's critic learns at the policy's rate (the estimator study's setting)
                     bf16=False) | chosen.budget   # fp32: models.build_nano
     return dict(**items, **_episodes(spec.smoke), model="nano", prompts_per_step=2, samples_per_prompt=2,
                 schedule="stepwise", rounds_every=1, steps=2, lr=1e-5, save_every=1, eval_items=4,
@@ -290,12 +298,26 @@ def _parse_value(raw: str) -> Any:
         return {"True": True, "False": False, "None": None}.get(raw, raw)
 
 
+def prompt_tokens(cfg: RunConfig) -> int:
+    """The part of cfg.max_total_tokens that AgentGym-RL's scripts call data.max_prompt_length: the paper preset's
+    script value for the env, else 1024. AgentGym-RL cuts a trajectory at prompt + response tokens
+    (`max_model_len = min(rollout.max_model_len, max_prompt_length + max_response_length)`); we budget that total."""
+    script = PAPER_SCRIPTS.get(cfg.env) if cfg.preset == "paper" else None
+    return script["prompt"] if script else 1024
+
+
 def _apply(cfg: RunConfig, values: dict[str, Any]) -> None:
     fields = {f.name: f for f in dataclasses.fields(cfg)}
+    prompt = None   # data.max_prompt_length as this call has set it
     for key, value in values.items():
         name = DOTTED_KEYS.get(key, key)
-        if name == "max_response_length":   # AgentGym-RL budgets prompt and response separately; we budget the total
-            cfg.max_total_tokens = 1024 + int(value)
+        if name in ("max_prompt_length", "max_response_length"):   # the total is prompt + response
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{key} must be a positive number of tokens, got {value!r}")
+            prompt = prompt if prompt is not None else prompt_tokens(cfg)
+            response = cfg.max_total_tokens - prompt
+            prompt, response = (value, response) if name == "max_prompt_length" else (prompt, value)
+            cfg.max_total_tokens = prompt + response
             continue
         if name == "schedule":
             value = ROUNDS_CTRL_TYPES.get(value, value)
@@ -305,9 +327,11 @@ def _apply(cfg: RunConfig, values: dict[str, Any]) -> None:
             hint = f"; did you mean {near[0]!r}?" if near else ""
             raise ValueError(f"unknown config key {key!r}{hint} (valid: RunConfig fields or AgentGym-RL keys such as "
                              "'algorithm.rounds_ctrl.rounds')")
-        if name in ("rounds", "levels", "train_items", "test_items") and isinstance(value, str):
+        if name in ("rounds", "levels", "train_items", "test_items", "trackers") and isinstance(value, str):
             value = _parse_value(value)   # papermill -p passes lists as text: "[2, 4, 8]"
         if name in ("rounds", "levels") and isinstance(value, int) and not isinstance(value, bool):
+            value = [value]
+        if name == "trackers" and isinstance(value, str):   # one name: "tensorboard"
             value = [value]
         if name in ("train_items", "test_items") and value is not None:
             value = tuple(value)
@@ -366,6 +390,12 @@ def validate(cfg: RunConfig) -> None:
         raise ValueError(f"temperature (training rollouts) must be > 0: the policy's log-probs divide the logits by it, "
                          f"and PPO's ratio needs a sampling distribution; got {cfg.temperature!r} (greedy decoding "
                          "is for evaluation: eval_temperature=0)")
+    if cfg.trackers is not None:
+        from accelerate.tracking import LOGGER_TYPE_TO_CLASS   # the trackers Accelerate knows
+        if isinstance(cfg.trackers, str) or not all(isinstance(t, str) for t in cfg.trackers):
+            raise ValueError(f"trackers must be a list of tracker names, e.g. ['tensorboard'], got {cfg.trackers!r}")
+        for tracker in cfg.trackers:
+            _check_choice("tracker", tracker, tuple(LOGGER_TYPE_TO_CLASS))
     for name in ("sync_tolerance", "max_mismatch_kl", "max_env_errors"):
         value = getattr(cfg, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):

@@ -50,6 +50,26 @@ def test_paper_preset_follows_the_scalinginter_scripts():
     assert cfg.model == "Qwen/Qwen2.5-7B-Instruct"
     assert (cfg.rounds, cfg.rounds_every, cfg.lr, cfg.kl_type, cfg.kl_coef) == ([6, 13, 20], 100, 1e-6, "low_var_kl", 0.001)
     assert make_config(preset="paper", env="webarena").rounds_every == 80
+    # AgentGym-RL's micro-batches of one trajectory: a per-trajectory token mean, averaged; verl's critic lr
+    assert cfg.loss_agg == "seq-mean-token-mean" and cfg.critic_lr == 1e-5
+
+
+def test_prompt_and_response_lengths_map_as_in_agentgym_rl_scripts():
+    """AgentGym-RL cuts a trajectory at data.max_prompt_length + data.max_response_length tokens; the paper preset's
+    split is its script's (BabyAI 512 + 8192), elsewhere the prompt part is 1024."""
+    assert make_config(preset="paper", env="babyai").max_total_tokens == 512 + 8192
+    both = make_config(preset="paper", env="babyai", overrides=["data.max_prompt_length=1024",
+                                                                "data.max_response_length=4096"])
+    assert both.max_total_tokens == 1024 + 4096
+    # one of the two keeps the script's other part, in either order
+    assert make_config(preset="paper", env="babyai", overrides=["data.max_response_length=4096"]).max_total_tokens \
+        == 512 + 4096
+    assert make_config(preset="paper", env="textcraft", overrides=["data.max_prompt_length=1024"]).max_total_tokens \
+        == 1024 + 10240
+    assert make_config(preset="cpu", overrides=["data.max_prompt_length=256", "data.max_response_length=2048"]
+                       ).max_total_tokens == 256 + 2048
+    with pytest.raises(ValueError, match="data.max_response_length must be a positive number of tokens"):
+        make_config(preset="cpu", overrides=["data.max_response_length=-1"])
 
 
 @pytest.mark.parametrize("kwargs, message", [

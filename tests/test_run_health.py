@@ -3,6 +3,7 @@ rates; a step past a threshold stops the run with a message that says what went 
 runs with a planted fault: a sync that does nothing, an env that fails."""
 import itertools
 import math
+import os
 
 import pytest
 import torch
@@ -103,3 +104,34 @@ def test_an_env_that_keeps_failing_stops_the_run_after_three_steps(tmp_path, nan
         trainer.close()
     assert trainer.step == 3 and "max_env_errors=0.5" in str(alarm.value)
     assert all(m["env_error_rate"] > 0.5 for m in trainer.history)
+
+
+@pytest.mark.slow
+def test_metrics_reach_tensorboard_as_they_reach_metrics_jsonl(tmp_path, nano_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    cfg = smoke_config(tmp_path, "tracked", engine="hf", steps=2)
+    trainer = Trainer(cfg, log=lambda *a: None)
+    try:
+        trainer.fit()
+    finally:
+        trainer.close()
+    events = EventAccumulator(os.path.join(cfg.run_dir, cfg.name))
+    events.Reload()
+    for key in ("reward", "kl", "mismatch_kl", "sync_error", "env_error_rate"):
+        logged = [(e.step, e.value) for e in events.Scalars(key)]
+        assert logged == [(m["step"], pytest.approx(m[key], rel=1e-6, abs=1e-9)) for m in trainer.history], key
+
+
+def test_a_tracker_that_is_not_known_or_not_installed_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="unknown tracker 'tensorbord'. Did you mean 'tensorboard'"):
+        make_config(preset="smoke", trackers=["tensorbord"])
+    assert make_config(preset="smoke", overrides=["trackers=wandb"]).trackers == ["wandb"]
+
+
+@pytest.mark.slow
+def test_a_tracker_asked_for_but_not_installed_stops_the_trainer_at_once(tmp_path, nano_dir):
+    pytest.importorskip("tensorboard")   # the installed one; wandb is not installed here
+    if __import__("importlib").util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed here")
+    with pytest.raises(ValueError, match=r"trackers \['wandb'\] were asked for but are not installed"):
+        Trainer(smoke_config(tmp_path, "no-wandb", engine="hf", trackers=["wandb"]), log=lambda *a: None)

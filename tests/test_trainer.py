@@ -134,6 +134,7 @@ def test_a_step_where_every_group_scored_alike_steps_only_where_an_advantage_is_
                                    max_tokens=1, algorithm=algorithm, **extra), log=lambda *a: None)
     try:
         assert trainer._update(real_rollouts_with_known_scores(trainer), 1)["optimizer_steps"] >= 1
+        trainer.sync_engine()   # as a training step would (else the step's health check sees the stale engine)
         model = trainer.accelerator.unwrap_model(trainer.model)
         before = {k: v.clone() for k, v in model.state_dict().items()}
         m = trainer.train_step()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import dataclasses
 import json
 import os
 import random
@@ -75,8 +76,13 @@ class Trainer:
         self.model_dir = models.resolve_config(cfg, log=log)
         self.tokenizer = models.load_tokenizer(self.model_dir)
         self.chat = ChatFormat(self.tokenizer)
+        trackers = trackers_of(cfg)
         self.accelerator = Accelerator(cpu=not torch.cuda.is_available(),
-                                       mixed_precision="bf16" if cfg.bf16 else "no")
+                                       mixed_precision="bf16" if cfg.bf16 else "no", log_with=trackers or None,
+                                       project_dir=cfg.run_dir)
+        if trackers:
+            self.accelerator.init_trackers(cfg.name, config={k: v if isinstance(v, (int, float, str, bool)) else str(v)
+                                                             for k, v in dataclasses.asdict(cfg).items()})
         if cfg.bf16 and not native_bf16():
             log("warning: bf16=True on hardware without bf16 kernels: autocast emulates it, several times slower "
                 "than fp32 (bf16=False is faster here)")
@@ -125,7 +131,7 @@ class Trainer:
             return torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=lr,
                                      weight_decay=cfg.weight_decay)
 
-        critic_lr = cfg.critic_lr or cfg.lr
+        critic_lr = cfg.critic_lr
         if self.sharding == "fsdp":
             settings = fsdp_settings(acc)
             model = shard(model, **settings)
@@ -232,6 +238,8 @@ class Trainer:
         if self.accelerator.is_main_process:
             with open(os.path.join(cfg.run_dir, "metrics.jsonl"), "a") as f:
                 f.write(json.dumps(metrics) + "\n")
+        self.accelerator.log({k: v for k, v in metrics.items() if isinstance(v, (int, float)) and k != "step"},
+                             step=step)
         problem = health_problem(cfg, self.history)
         if problem:   # before the checkpoint: a resumed run plays this step again
             raise RunHealthError(f"{cfg.name}, step {step}: {problem} (the step's metrics are in metrics.jsonl)")
@@ -558,6 +566,8 @@ class Trainer:
         self.log(f"resumed {self.cfg.name} from step {self.step} ({path})")
 
     def close(self) -> None:
+        for tracker in self.accelerator.trackers:   # not end_training(): it also tears down the process group,
+            tracker.finish()                        # which vLLM's engine (and a next Trainer) still use
         self.engine.close()
 
 
@@ -607,6 +617,18 @@ def health_problem(cfg: RunConfig, history: list[dict]) -> str | None:
                 f"{ENV_ERROR_STEPS} steps failed in the env (max_env_errors={cfg.max_env_errors}); check the env "
                 "server (its log, its memory, its timeout: env_timeout)")
     return None
+
+
+def trackers_of(cfg: RunConfig) -> list[str]:
+    """The Accelerate trackers a run logs to: cfg.trackers, or TensorBoard when it is installed."""
+    import accelerate.utils
+    if cfg.trackers is None:
+        return ["tensorboard"] if accelerate.utils.is_tensorboard_available() else []
+    missing = [t for t in cfg.trackers if not getattr(accelerate.utils, f"is_{t}_available")()]
+    if missing:   # (Accelerate would drop them with a warning: a run would go untracked unnoticed)
+        raise ValueError(f"trackers {missing} were asked for but are not installed (pip install {' '.join(missing)}), "
+                         "or use trackers=[] for metrics.jsonl alone")
+    return list(cfg.trackers)
 
 
 def _mean(xs) -> float:
