@@ -1,0 +1,168 @@
+"""Figures of the horizon study (`bench/horizon.py`, `bench/results/horizon.json`): held-out success over training
+with 95% bands across seeds per arm, a forest plot of the paired differences, and success against the evaluation
+horizon. Each figure has a pure function beside it that computes what it draws, so the numbers can be checked.
+
+    block = load_study()                       # one study of bench/results/horizon.json (the main one by default)
+    plot_heldout_curves(block)                 # success at H = 20 against training steps (or tokens)
+    plot_forest(block, point="steps")          # arm minus arm, paired by seed and by item
+    plot_eval_horizons(block, point="steps")   # success at 0.5x, 1x and 2x the horizon each arm trained at
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from .plots import t_interval
+
+RESULT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench",
+                      "results", "horizon.json")
+ARM_LABELS = {"fixed6": "fixed H = 6", "fixed20": "fixed H = 20", "stepwise": "stepwise 6 -> 13 -> 20",
+              "adaptive": "adaptive 6 -> 13 -> 20", "fixed20-rpp": "fixed H = 20, REINFORCE++",
+              "stepwise-rpp": "stepwise, REINFORCE++"}
+ARM_COLORS = {"fixed6": "C0", "fixed20": "C3", "stepwise": "C2", "adaptive": "C4", "fixed20-rpp": "C1",
+              "stepwise-rpp": "C8"}
+MAIN_STUDY = "cpu-lr0.0003-steps60-n4"
+
+
+def load_study(key: str = MAIN_STUDY, path: str = RESULT) -> dict:
+    """One study block of the horizon study's report, by its key (preset-lr-steps-samples)."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} does not exist: run `python bench/horizon.py --jobs 2` (hours on 2 cores)")
+    studies = json.load(open(path))["studies"]
+    if key not in studies:
+        raise KeyError(f"no study {key!r} in {path}; it has {sorted(studies)}")
+    return studies[key]
+
+
+def seeds_of(block: dict, arm: str) -> list[int]:
+    return sorted(r["seed"] for r in block["runs"].values() if r["arm"] == arm)
+
+
+def heldout_curve(block: dict, arm: str, *, x: str = "step") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(x, mean, lo, hi): held-out success at the study's evaluation horizon over the arm's seeds, at the
+    evaluations every seed has, with a 95% t-interval across seeds; x = "step", or "tokens" (policy tokens sampled
+    by then, averaged over seeds)."""
+    curves = [r["curve_h20"] for r in block["runs"].values() if r["arm"] == arm]
+    if not curves:
+        raise KeyError(f"the study has no run of arm {arm!r}; arms: {sorted({r['arm'] for r in block['runs'].values()})}")
+    steps = sorted(set.intersection(*[{c[0] for c in curve} for curve in curves]))
+    at = [{c[0]: c for c in curve} for curve in curves]
+    column = {"step": 0, "tokens": 1}[x]
+    xs = np.array([np.mean([a[s][column] for a in at]) for s in steps])
+    stats = np.array([t_interval([a[s][2] for a in at], bounds=(0, 1)) for s in steps]).reshape(len(steps), 3)
+    return xs, stats[:, 0], stats[:, 1], stats[:, 2]
+
+
+def plot_heldout_curves(block: dict, arms: list[str] | None = None, *, x: str = "step", ax=None,
+                        path: str | None = None, title: str = ""):
+    """Held-out success (the study's evaluation horizon) against training steps or tokens, one line per arm: the
+    mean over seeds and its 95% band. The equal-steps point is a dotted vertical line."""
+    arms = arms or [a for a in ARM_LABELS if seeds_of(block, a)]
+    own = ax is None
+    if own:
+        fig, ax = plt.subplots(figsize=(8, 4.4), constrained_layout=True)
+    for arm in arms:
+        xs, mean, lo, hi = heldout_curve(block, arm, x=x)
+        color = ARM_COLORS.get(arm)
+        ax.plot(xs, mean, marker="o", ms=3, color=color, label=f"{ARM_LABELS.get(arm, arm)} ({len(seeds_of(block, arm))} seeds)")
+        if len(seeds_of(block, arm)) > 1:
+            ax.fill_between(xs, lo, hi, color=color, alpha=0.15, lw=0)
+    if x == "step":
+        ax.axvline(block["settings"]["steps"], ls=":", c="grey", lw=1)
+    ax.set_xlabel({"step": "training step", "tokens": "policy tokens sampled"}[x])
+    ax.set_ylabel(f"held-out success at H = {_eval_horizon(block)}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title)
+    if own and path:
+        ax.figure.savefig(path, dpi=110)
+    return ax.figure
+
+
+def forest_rows(block: dict, point: str = "steps") -> list[dict]:
+    """One row per paired comparison at budget `point` ("steps" or "tokens"): the mean difference in held-out
+    success with its 95% interval over seeds (a t-interval of the per-seed differences) and over (seed, item)
+    pairs (a bootstrap of items within seeds)."""
+    rows = []
+    for name, d in block["pairs"].items():
+        pair, at = name.rsplit(" @ ", 1)
+        if at != point:
+            continue
+        rows.append({"label": pair, "mean": d["mean"], "seeds": len(d["seeds"]), "ci_seeds": d["ci95_seeds"],
+                     "ci_items": d["ci95_items"]})
+    return rows
+
+
+def plot_forest(block: dict, point: str = "steps", *, ax=None, path: str | None = None, title: str = ""):
+    """The paired differences of `forest_rows` as a forest plot: thick bar = 95% interval over seeds (what a verdict
+    reads), thin bar = over items; a difference is established only where the thick bar misses 0."""
+    rows = forest_rows(block, point)
+    own = ax is None
+    if own:
+        fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.4), constrained_layout=True)
+    ys = np.arange(len(rows))[::-1]
+    for y, r in zip(ys, rows):
+        (slo, shi), (ilo, ihi) = r["ci_seeds"], r["ci_items"]
+        clear = slo > 0 or shi < 0
+        color = "C2" if clear and slo > 0 else "C3" if clear else "C7"
+        ax.plot([ilo, ihi], [y, y], color=color, lw=1)
+        ax.plot([slo, shi], [y, y], color=color, lw=5, alpha=0.45, solid_capstyle="butt")
+        ax.plot(r["mean"], y, "o", color=color)
+        ax.annotate(f"{100 * r['mean']:+.1f} pts ({r['seeds']} seeds)", (r["mean"], y), textcoords="offset points",
+                    xytext=(0, 7), ha="center", fontsize=8)
+    ax.axvline(0, c="black", lw=0.8)
+    ax.set_yticks(ys, [r["label"] for r in rows])
+    ax.set_xlabel("difference in held-out success (thick: 95% CI over seeds; thin: over items)")
+    ax.grid(alpha=0.3, axis="x")
+    if title:
+        ax.set_title(title)
+    if own and path:
+        ax.figure.savefig(path, dpi=110)
+    return ax.figure
+
+
+def eval_horizon_rows(block: dict, point: str = "steps") -> dict[str, dict]:
+    """{arm: {"1x": (mean, lo, hi), ...}}: held-out success at 0.5x, 1x and 2x the horizon each arm trained at by
+    budget `point`, over seeds (the arm table of the report), and the horizons that means."""
+    out = {}
+    for arm, row in block["arms"].items():
+        if point in row:
+            out[arm] = {"trained_horizon": row[point]["trained_horizon"], **row[point]["success_at_trained_horizon"]}
+    return out
+
+
+def plot_eval_horizons(block: dict, point: str = "steps", *, ax=None, path: str | None = None, title: str = ""):
+    """Success when evaluated at half, once and twice the horizon an arm trained at (x: the factor), one line per
+    arm with 95% intervals over seeds: does a policy trained short use more turns when given them?"""
+    rows = eval_horizon_rows(block, point)
+    own = ax is None
+    if own:
+        fig, ax = plt.subplots(figsize=(7, 4), constrained_layout=True)
+    factors = ["0.5x", "1x", "2x"]
+    for i, (arm, r) in enumerate(rows.items()):
+        stats = np.array([r[f] for f in factors], dtype=float)
+        offset = (i - len(rows) / 2) * 0.03
+        xs = np.array([0.5, 1, 2]) * (1 + offset)
+        ax.errorbar(xs, stats[:, 0], yerr=[stats[:, 0] - stats[:, 1], stats[:, 2] - stats[:, 0]], marker="o",
+                    capsize=3, color=ARM_COLORS.get(arm),
+                    label=f"{ARM_LABELS.get(arm, arm)} (trained at H = {'/'.join(map(str, r['trained_horizon']))})")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([0.5, 1, 2], ["0.5x", "1x", "2x"])
+    ax.minorticks_off()
+    ax.set_xlabel("evaluation horizon / trained horizon")
+    ax.set_ylabel("held-out success")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title)
+    if own and path:
+        ax.figure.savefig(path, dpi=110)
+    return ax.figure
+
+
+def _eval_horizon(block: dict) -> int:
+    return next(iter(block["runs"].values()))["eval_horizon"]

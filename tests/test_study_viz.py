@@ -1,0 +1,58 @@
+"""The horizon study's figures compute what they draw from the report's study block (hand-made here)."""
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from agentgym_nb.viz import study  # noqa: E402
+
+
+def block():
+    def run(arm, seed, curve):
+        return {"arm": arm, "seed": seed, "eval_horizon": 20, "curve_h20": curve}
+    return {
+        "settings": {"steps": 10},
+        "runs": {"fixed20/s0": run("fixed20", 0, [(0, 0, 0.1), (10, 100, 0.2)]),
+                 "fixed20/s1": run("fixed20", 1, [(0, 0, 0.1), (10, 120, 0.3), (20, 150, 0.3)]),
+                 "fixed6/s0": run("fixed6", 0, [(0, 0, 0.1), (10, 40, 0.15)])},
+        "pairs": {"fixed20 - fixed6 @ steps": {"mean": 0.05, "seeds": [0], "ci95_seeds": [0.05, 0.05],
+                                               "ci95_items": [-0.01, 0.11]},
+                  "stepwise - fixed6 @ tokens": {"mean": -0.1, "seeds": [0, 1], "ci95_seeds": [-0.3, 0.1],
+                                                 "ci95_items": [-0.2, 0.0]}},
+        "arms": {"fixed20": {"steps": {"trained_horizon": [20], "success_at_trained_horizon": {
+            "0.5x": [0.1, 0.05, 0.15], "1x": [0.25, 0.2, 0.3], "2x": [0.3, 0.2, 0.4]}}}},
+    }
+
+
+def test_heldout_curve_averages_the_steps_every_seed_has():
+    xs, mean, lo, hi = study.heldout_curve(block(), "fixed20")
+    assert xs.tolist() == [0, 10]                      # step 20 only seed 1 has
+    assert mean.tolist() == pytest.approx([0.1, 0.25])
+    # two seeds, 0.2 and 0.3: s = 0.0707, t(1) = 12.706, half width 0.635, clipped to [0, 1]
+    assert lo[1] == 0.0 and hi[1] == pytest.approx(0.25 + 12.706 * 0.070711 / 2 ** 0.5, abs=1e-4)
+    tokens, _, _, _ = study.heldout_curve(block(), "fixed20", x="tokens")
+    assert tokens.tolist() == [0, 110]
+    with pytest.raises(KeyError, match="no run of arm 'stepwise'"):
+        study.heldout_curve(block(), "stepwise")
+
+
+def test_forest_rows_keep_one_budget():
+    rows = study.forest_rows(block(), "tokens")
+    assert [r["label"] for r in rows] == ["stepwise - fixed6"] and rows[0]["seeds"] == 2
+    assert rows[0]["ci_seeds"] == [-0.3, 0.1]
+
+
+def test_figures_draw_their_numbers(tmp_path):
+    fig = study.plot_heldout_curves(block(), path=str(tmp_path / "curves.png"))
+    lines = {line.get_label(): list(line.get_ydata()) for line in fig.axes[0].lines}
+    assert lines["fixed H = 20 (2 seeds)"] == pytest.approx([0.1, 0.25])
+    assert (tmp_path / "curves.png").exists()
+    fig = study.plot_forest(block(), "steps")
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["fixed20 - fixed6"]
+    fig = study.plot_eval_horizons(block())
+    assert list(fig.axes[0].lines[0].get_ydata()) == pytest.approx([0.1, 0.25, 0.3])
+
+
+def test_a_missing_report_says_how_to_make_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="bench/horizon.py --jobs 2"):
+        study.load_study(path=str(tmp_path / "horizon.json"))
