@@ -23,7 +23,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-pip="$VENV/bin/python -m pip install --quiet"
+# pip on some machines is configured with local indexes that do not exist and says so for every package; those
+# lines are dropped, everything else pip prints is kept
+pip_install() {
+  "$VENV/bin/python" -m pip install --quiet "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+  return "${PIPESTATUS[0]}"
+}
+pip="pip_install"
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   echo "install: NVIDIA GPU found -> vllm (CUDA)"
   $pip vllm

