@@ -146,6 +146,35 @@ def is_available(name: str) -> bool:
         return False
 
 
+def count_params(model_dir: str) -> int:
+    """Parameters stored in a model folder's safetensors files (read from their headers: no weights are loaded)."""
+    from safetensors import safe_open
+    files = sorted(f for f in os.listdir(model_dir) if f.endswith(".safetensors"))
+    if not files:
+        raise ValueError(f"{model_dir} has no .safetensors file")
+    total = 0
+    for name in files:
+        with safe_open(os.path.join(model_dir, name), "pt") as f:
+            for key in f.keys():
+                shape = f.get_slice(key).get_shape()
+                total += int(torch.tensor(shape).prod()) if shape else 1
+    return total
+
+
+def weights_digest(model_dir: str) -> str:
+    """sha256 of a model folder's safetensors files, in name order: equal digests, equal weights (on any machine),
+    so results cached or recorded for one set of weights are never read back for another."""
+    files = sorted(f for f in os.listdir(model_dir) if f.endswith(".safetensors"))
+    if not files:
+        raise ValueError(f"{model_dir} has no .safetensors file")
+    digest = hashlib.sha256()
+    for name in files:
+        with open(os.path.join(model_dir, name), "rb") as f:
+            for block in iter(lambda: f.read(1 << 24), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
 def load_tokenizer(model_dir: str):
     """The tokenizer of a model folder. A nano folder's tokenizer.json is loaded verbatim: AutoTokenizer would see
     model_type "qwen2", return a Qwen2Tokenizer and swap our phrase-level pre-tokenizer for Qwen's regex, so the

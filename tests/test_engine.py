@@ -274,3 +274,16 @@ def test_vllm_leaves_torch_threads_to_the_trainer(vllm_engine):
         assert torch.get_num_threads() == vllm_engine.threads_before_init + 1
     finally:
         torch.set_num_threads(vllm_engine.threads_before_init)
+
+
+def test_a_lazy_engine_starts_on_first_use_and_samples_as_the_engine_it_wraps(nano_dir):
+    from agentgym_nb.rollout.engine import LazyEngine, make_engine
+    lazy = LazyEngine("hf", nano_dir, seed=3)
+    assert lazy.engine is None   # nothing started yet
+    params = SamplingParams(temperature=1.0, max_tokens=6, seed=11)
+    got = lazy.generate([[5, 6, 7]], params)
+    assert lazy.engine is not None
+    want = make_engine("hf", nano_dir, seed=3).generate([[5, 6, 7]], params)
+    assert got[0].token_ids == want[0].token_ids and got[0].logprobs == pytest.approx(want[0].logprobs)
+    lazy.close()
+    assert lazy.engine is None

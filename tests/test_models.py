@@ -115,3 +115,24 @@ def test_the_cpu_reply_budget_fits_every_expert_reply(env, demos, tmp_path):
     longest = max(len(tok.encode(m["content"], add_special_tokens=False)) + 1   # + the end-of-turn token
                   for _, msgs, _ in convs for m in msgs[3::2])
     assert longest <= spec.max_tokens, f"{env}: an expert reply takes {longest} tokens, the budget is {spec.max_tokens}"
+
+
+def test_count_params_and_weights_digest_read_the_folder(nano_dir, tmp_path):
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from agentgym_nb.models import count_params, weights_digest
+    model = AutoModelForCausalLM.from_pretrained(nano_dir, dtype=torch.float32)
+    stored = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}   # tied: stored once
+    assert count_params(nano_dir) == sum(v.numel() for v in stored.values())
+    copy = tmp_path / "copy"
+    shutil.copytree(nano_dir, copy)
+    assert weights_digest(str(copy)) == weights_digest(nano_dir)   # the same bytes elsewhere: the same digest
+    with torch.no_grad():
+        model.model.norm.weight[0] += 1.0
+    model.save_pretrained(copy)
+    assert weights_digest(str(copy)) != weights_digest(nano_dir)
+    with pytest.raises(ValueError, match="no .safetensors file"):
+        weights_digest(str(tmp_path))

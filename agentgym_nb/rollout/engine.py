@@ -91,6 +91,33 @@ def make_engine(kind: str, model_dir: str, *, max_model_len: int = 4096, seed: i
     return HFEngine(model_dir, tokenizer=tokenizer, seed=seed)
 
 
+class LazyEngine(Engine):
+    """`make_engine(kind, model_dir, **options)`, started on the first `generate`: an evaluation whose results are
+    all cached (rollout/evaluation.py resumes from its results file) costs no engine start."""
+
+    def __init__(self, kind: str, model_dir: str, **options):
+        self.kind, self.model_dir, self.options, self.engine = kind, model_dir, options, None
+
+    def _started(self) -> Engine:
+        if self.engine is None:
+            self.engine = make_engine(self.kind, self.model_dir, **self.options)
+        return self.engine
+
+    def generate(self, prompts, params, seeds=None):
+        return self._started().generate(prompts, params, seeds)
+
+    def load_weights(self, named_tensors):
+        self._started().load_weights(named_tensors)
+
+    def prompt_logprobs(self, token_ids):
+        return self._started().prompt_logprobs(token_ids)
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
+
+
 def eos_token_ids(generation_config, tokenizer=None) -> list[int]:
     """The ids that end generation by themselves: generation_config.eos_token_id (int or list) + tokenizer's eos."""
     ids = getattr(generation_config, "eos_token_id", None)
