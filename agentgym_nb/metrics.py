@@ -166,3 +166,52 @@ def _block(records: list[dict], *, n: int, ks: list[int], resamples: int, seed: 
 def _mean(xs) -> float:
     xs = [float(x) for x in xs]
     return math.fsum(xs) / len(xs)   # exactly rounded, so the order records arrive in cannot change a digit
+
+
+# ------------------------------------------------------------------------------------- comparing and reading runs
+
+def per_item(records: list[dict], key: str = "success") -> dict[int, float]:
+    """{item_id: mean of `key` over the item's episodes} from episode records (rollout logs, evaluation results);
+    episodes that failed in the env are left out."""
+    out: dict[int, list[float]] = {}
+    for r in records:
+        if not r.get("failed"):
+            out.setdefault(r["item_id"], []).append(float(r[key]))
+    return {i: float(np.mean(v)) for i, v in out.items()}
+
+
+def paired_difference(after: dict, before: dict, *, resamples: int = 2000, seed: int = 0) -> dict:
+    """after minus before on the items both have ({item: value}): the mean difference and its percentile bootstrap
+    95% interval over items. Pairing by item removes the item-to-item spread that two separate intervals carry."""
+    items = sorted(set(after) & set(before))
+    if not items:
+        raise ValueError("the two evaluations share no item: a paired difference needs the same held-out items")
+    diffs = [after[i] - before[i] for i in items]
+    lo, hi = bootstrap_ci(diffs, resamples=resamples, seed=seed)
+    return {"mean": float(np.mean(diffs)), "ci95": [lo, hi], "items": len(items)}
+
+
+def late_slope(values: Sequence[float]) -> tuple[float, float, float]:
+    """(slope, lo, hi) per 10 steps of the least-squares line through the second half of a per-step curve, with a
+    95% normal interval from the residuals: a plateau is an interval that contains 0. NaNs when fewer than 3 points."""
+    y = np.asarray(values[len(values) // 2:], dtype=float)
+    if len(y) < 3:
+        return float("nan"), float("nan"), float("nan")
+    x = np.arange(len(y), dtype=float)
+    b, a = np.polyfit(x, y, 1)
+    resid = y - (a + b * x)
+    se = math.sqrt(resid.var(ddof=2) / ((x - x.mean()) ** 2).sum())
+    return 10 * b, 10 * (b - 1.96 * se), 10 * (b + 1.96 * se)
+
+
+def drop_from_peak(values: Sequence[float], window: int) -> dict:
+    """The fall of a per-step curve, smoothed by a trailing mean of `window` steps, from its peak to its end, and
+    whether it is a collapse: the drop exceeds twice the noise of a smoothed value (the residual std over
+    sqrt(window)) and gives back at least half of what the run had gained from its start to its peak."""
+    v = np.asarray(values, dtype=float)
+    s = np.array([v[max(0, i - window + 1): i + 1].mean() for i in range(len(v))])
+    noise = float(np.std(v - s, ddof=1)) / math.sqrt(window) if len(v) > 2 else float("nan")
+    drop, gained = float(s.max() - s[-1]), float(s.max() - s[0])
+    collapse = None if math.isnan(noise) else bool(drop > 2 * noise and drop >= 0.5 * gained and drop > 0)
+    return {"drop": drop, "threshold": 2 * noise, "peak_step": int(np.argmax(s)) + 1, "start": float(s[0]),
+            "end": float(s[-1]), "collapse": collapse}

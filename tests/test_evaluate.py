@@ -2,6 +2,7 @@
 mid-way and resumed giving exactly the uninterrupted result (real nano model, real BabyAI), the CLI on a real
 training checkpoint, and the paper's numbers as data (checked against the paper's own sub-task sizes)."""
 import json
+import math
 import os
 import random
 
@@ -342,3 +343,27 @@ def pd_concat(*frames):
 
 def pd_pivot(df):
     return df.pivot_table(index=["env", "model"], columns="category", values="value", aggfunc="first")
+
+
+def test_per_item_and_paired_difference_by_hand():
+    from agentgym_nb.metrics import paired_difference, per_item
+    records = [{"item_id": 1, "success": True}, {"item_id": 1, "success": False}, {"item_id": 2, "success": True},
+               {"item_id": 3, "success": True, "failed": "env died"}]
+    assert per_item(records) == {1: 0.5, 2: 1.0}   # the failed episode says nothing
+    d = paired_difference({1: 1.0, 2: 1.0, 4: 0.0}, {1: 0.0, 2: 1.0, 3: 1.0})
+    assert d["items"] == 2 and d["mean"] == 0.5   # items 1 and 2: differences 1 and 0
+    assert 0.0 <= d["ci95"][0] <= 0.5 <= d["ci95"][1] <= 1.0
+    with pytest.raises(ValueError, match="share no item"):
+        paired_difference({1: 1.0}, {2: 0.0})
+
+
+def test_late_slope_and_drop_from_peak_by_hand():
+    from agentgym_nb.metrics import drop_from_peak, late_slope
+    # second half 0.2, 0.3, 0.4: slope 0.1 per step = 1.0 per 10 steps, residuals 0, so the interval is the point
+    assert late_slope([0.0, 0.1, 0.2, 0.3, 0.4][:2] + [0.2, 0.3, 0.4]) == pytest.approx((1.0, 1.0, 1.0))
+    assert all(math.isnan(x) for x in late_slope([0.1, 0.2]))
+    # up from 0 to 0.6 and back to 0.1 (window 1: no smoothing): drops 0.5 of the 0.6 gained -> a collapse
+    curve = [0.0, 0.3, 0.6, 0.4, 0.1]
+    d = drop_from_peak(curve, 1)
+    assert d["drop"] == pytest.approx(0.5) and d["peak_step"] == 3 and d["collapse"] is True
+    assert drop_from_peak([0.0, 0.3, 0.6, 0.6, 0.55], 1)["collapse"] is False   # kept most of its gain
