@@ -6,6 +6,8 @@ PRESET ?= cpu
 RUN ?= demo-$(ENV)
 # COMPARE=True also trains fixed-short, fixed-long and adaptive runs at the same budget (four times the time)
 COMPARE ?= False
+# the demo's item set: BabyAI's one-room levels learn in minutes (TRACK=long: the horizon study's, ~95 min nano build)
+TRACK ?= $(if $(filter babyai,$(ENV)),one-room,None)
 export PYTHONHASHSEED := 0
 
 .PHONY: demo test test-fast lab install model bench clean-outputs strip-notebooks
@@ -14,12 +16,13 @@ install:
 	bash scripts/install.sh
 
 model: install
-	$(PY) -m agentgym_nb.models nano --env $(ENV) --preset $(PRESET)
+	$(PY) -m agentgym_nb.models nano --env $(ENV) --preset $(PRESET) --track $(TRACK)
 
 demo: model
 	mkdir -p outputs/runs/$(RUN)
 	AGENTGYM_NB_PRESET=$(PRESET) $(VENV)/bin/papermill notebooks/05_scalinginter.ipynb \
-		outputs/runs/$(RUN)/05_scalinginter.ipynb -p env $(ENV) -p run_name $(RUN) -p compare $(COMPARE) --log-output --no-progress-bar
+		outputs/runs/$(RUN)/05_scalinginter.ipynb -p env $(ENV) -p track $(TRACK) -p run_name $(RUN) -p compare $(COMPARE) \
+		--log-output --no-progress-bar
 	@echo
 	@echo "Results: outputs/runs/$(RUN)/  (summary.json, metrics.jsonl, figures/, rollouts/, executed notebook)"
 	@cat outputs/runs/$(RUN)/summary.json

@@ -446,8 +446,10 @@ def main(argv=None) -> None:
     p.add_argument("name", help=f"{', '.join(NAMED)}, a local path or an HF id in the local cache")
     p.add_argument("--env", default="babyai")
     p.add_argument("--preset", default="cpu")
+    p.add_argument("--track", default=None, help="the env's item set (its `tracks`); default: its first")
     args = p.parse_args(argv)
-    print(resolve_config(make_config(preset=args.preset, env=args.env, model=args.name)))
+    track = None if args.track in (None, "None") else args.track
+    print(resolve_config(make_config(preset=args.preset, env=args.env, model=args.name, track=track)))
 
 
 if __name__ == "__main__":

@@ -41,17 +41,14 @@ from _common import machine, start_job, versions  # bench/_common.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from agentgym_nb.train.runs import ADAPTIVE_IN_REACH  # noqa: E402  (this checkout's package, not an installed one)
 RESULT = os.path.join(ROOT, "bench", "results", "horizon.json")
 
-# The adaptive arm advances once the policy solves, over its last 5 steps, half of the training episodes that the
-# current horizon can solve at all (items whose expert needs at most H turns): a threshold relative to what the
-# horizon allows, which a short horizon can reach (success over all items, capped by the horizon, cannot).
-ADAPTIVE = dict(adaptive_metric="success_in_reach", adaptive_threshold=0.5, adaptive_patience=5, adaptive_min_steps=5)
 ARMS = {
     "fixed6": dict(schedule="fixed", rounds=[6]),
     "fixed20": dict(schedule="fixed", rounds=[20]),
     "stepwise": dict(schedule="stepwise", rounds=[6, 13, 20]),
-    "adaptive": dict(schedule="adaptive", rounds=[6, 13, 20], **ADAPTIVE),
+    "adaptive": dict(schedule="adaptive", rounds=[6, 13, 20], **ADAPTIVE_IN_REACH),
     "fixed20-rpp": dict(schedule="fixed", rounds=[20], algorithm="reinforce_plus_plus"),
     "stepwise-rpp": dict(schedule="stepwise", rounds=[6, 13, 20], algorithm="reinforce_plus_plus"),
 }

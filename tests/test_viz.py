@@ -186,3 +186,14 @@ def test_training_curves_smooth_measurements_but_draw_the_horizon_as_scheduled()
     fig = plot_runs({"run": [history]}, ["success", "max_rounds"], window=3, ncols=2)
     assert fig.axes[0].lines[0].get_ydata().tolist() == pytest.approx([0, 0, 0.1, 0.2])
     assert fig.axes[1].lines[0].get_ydata().tolist() == [2, 2, 4, 4]
+
+
+def test_the_schedule_plot_draws_each_schedules_horizon_per_step():
+    from agentgym_nb.algos.schedule import adaptive, fixed, stepwise
+    from agentgym_nb.viz.plots import plot_schedules
+    fig = plot_schedules({"stepwise": stepwise([6, 13, 20], every=2), "fixed": fixed(20),
+                          "adaptive": adaptive([6, 13, 20])}, steps=6)
+    lines = fig.axes[0].lines
+    assert list(lines[0].get_ydata()) == [6, 6, 13, 13, 20, 20]
+    assert list(lines[1].get_ydata()) == [20] * 6
+    assert list(lines[2].get_ydata()) == [6] * 6 and "until its metric" in lines[2].get_label()

@@ -23,6 +23,11 @@ from .rl import Trainer
 
 NOT_LEARNING = ("name", "out_dir", "threads")   # settings that do not change what a run learns
 SCHEDULES = ("fixed", "stepwise", "adaptive")
+# The adaptive arm of notebooks 04-06 and the horizon study: the next horizon once, over its last 5 steps, the policy
+# solves this share of the training episodes the current horizon can solve at all (items whose expert needs at most
+# H turns): a threshold relative to what the horizon allows, which a short horizon can reach.
+ADAPTIVE_IN_REACH = dict(adaptive_metric="success_in_reach", adaptive_threshold=0.5, adaptive_patience=5,
+                         adaptive_min_steps=5)
 
 
 def listed(value, what: str) -> list:

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ..algos.schedule import AdaptiveSchedule
+
 PANELS = [("reward", "mean episode reward"), ("success", "success rate (train episodes)"),
           ("max_rounds", "horizon H (max turns)"), ("turns", "turns per episode"), ("kl", "KL to reference (k3)"),
           ("cut_by_horizon", "share cut by the horizon")]
@@ -224,3 +226,27 @@ def plot_paper_beside_ours(paper_rows: list[dict], our_rows: list[dict], *, path
     if path:
         fig.savefig(path, dpi=110)
     return fig
+
+
+def plot_schedules(schedules: dict, steps: int, *, ax=None, path: str | None = None, title: str = ""):
+    """The horizon H each schedule gives every training step 1..steps, as step lines: {label: schedule} with
+    schedules from agentgym_nb.algos.schedule (an adaptive one is drawn as it would run if it never advanced: its
+    stages depend on the run's own metrics)."""
+    own = ax is None
+    if own:
+        fig, ax = plt.subplots(figsize=(7, 2.8), constrained_layout=True)
+    xs = list(range(1, steps + 1))
+    for i, (label, schedule) in enumerate(schedules.items()):
+        adaptive = isinstance(schedule, AdaptiveSchedule)
+        ys = [schedule.rounds[0] if adaptive else schedule.rounds_at(k) for k in xs]
+        ax.step(xs, ys, where="post", lw=2, ls=["-", "--", ":", "-."][i % 4],
+                label=label + (" (until its metric says: grow)" if adaptive else ""))
+    ax.set_xlabel("training step")
+    ax.set_ylabel("horizon H (max turns)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title)
+    if own and path:
+        ax.figure.savefig(path, dpi=110)
+    return ax.figure

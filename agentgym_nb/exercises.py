@@ -1,0 +1,36 @@
+"""The notebooks' exercises: `check` holds a learner's answer against the package's own reference computation.
+
+    check("GRPO advantage of episode 0", my_value, grpo(scores, group, mask)[0, 3])
+
+A match prints a tick; anything else raises with what was expected of the answer's form (never the answer), so
+"Run all" stops at the first exercise that is not done yet. Each notebook's solution cell (collapsed) fills the
+answers in, which is how `pytest --nbmake` runs the notebooks top to bottom.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def check(what: str, answer, reference, *, tol: float = 1e-3) -> None:
+    """Raise AssertionError unless `answer` equals `reference`: numbers (and arrays, lists of numbers) within `tol`,
+    anything else exactly."""
+    if answer is None:
+        raise AssertionError(f"{what}: no answer yet (replace the None above, or open the solution cell)")
+    if _numeric(reference):
+        got, want = np.asarray(answer, dtype=float), np.asarray(reference, dtype=float)
+        if got.shape != want.shape:
+            raise AssertionError(f"{what}: expected {'a number' if want.ndim == 0 else f'shape {want.shape}'}, got "
+                                 f"{'a number' if got.ndim == 0 else f'shape {got.shape}'}")
+        if not np.allclose(got, want, atol=tol, rtol=0, equal_nan=True):
+            raise AssertionError(f"{what}: not yet (off by up to {np.nanmax(np.abs(got - want)):.3g})")
+    elif answer != reference:
+        raise AssertionError(f"{what}: not yet")
+    print(f"✓ {what}")
+
+
+def _numeric(x) -> bool:
+    try:
+        np.asarray(x, dtype=float)
+        return not isinstance(x, (str, bytes))
+    except (TypeError, ValueError):
+        return False
