@@ -27,3 +27,19 @@ def test_a_notebook_is_committed_clean_with_one_parameters_cell(path):
     assert "AGENTGYM_NB_PRESET" in source, "the preset must follow $AGENTGYM_NB_PRESET (smoke in tests)"
     text = "".join("".join(c["source"]) for c in nb["cells"])
     assert not re.search(r"\bsession \d+|\bsession's\b", text), "the notebook speaks of a work session"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+def test_a_notebook_opens_with_what_it_teaches_its_cost_per_preset_and_its_prerequisites(path):
+    header = "".join(json.load(open(path))["cells"][0]["source"])
+    assert "**What you will learn.**" in header
+    cost = re.search(r"\*\*Cost on a 2-core CPU\.\*\*(.*?)(\n\n|$)", header, re.S)
+    assert cost and "`smoke`" in cost.group(1) and "`cpu`" in cost.group(1), "one cost line per preset"
+    assert "**Prerequisites.**" in header
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+def test_no_code_cell_is_longer_than_40_lines(path):
+    long = [(i, len("".join(c["source"]).splitlines())) for i, c in enumerate(json.load(open(path))["cells"])
+            if c["cell_type"] == "code" and len("".join(c["source"]).splitlines()) > 40]
+    assert not long, f"cells (index, lines) longer than 40 lines: {long}"
