@@ -87,9 +87,11 @@ class Study:
         # room for the 2x-horizon evaluation (40 turns); a training episode (<= 20 turns) stays far below it
         budget = (dict(max_total_tokens=7168, samples_per_prompt=self.samples_per_prompt) if self.preset != "smoke"
                   else dict(engine="hf"))   # hf: starts in 1 s
+        # env_timeout: BabyAI runs in this process and answers in milliseconds; a long timeout lets the study be
+        # paused (SIGSTOP) while the machine measures something else, without its waiting env calls timing out
         cfg = make_config(preset=self.preset, env="babyai", track="long", algorithm=algorithm, seed=seed, lr=self.lr,
                           steps=self.max_steps, rounds_every=max(1, self.steps // 3), save_every=5,
-                          eval_items=self.eval_items, eval_rounds=self.eval_horizon, threads=1,
+                          eval_items=self.eval_items, eval_rounds=self.eval_horizon, threads=1, env_timeout=7200.0,
                           **budget, **spec)
         return named(cfg, f"horizon-{arm}")
 
