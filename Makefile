@@ -10,7 +10,7 @@ COMPARE ?= False
 TRACK ?= $(if $(filter babyai,$(ENV)),one-room,None)
 export PYTHONHASHSEED := 0
 
-.PHONY: demo test test-fast lab install model bench clean-outputs strip-notebooks
+.PHONY: demo test test-fast lab book install model bench clean-outputs strip-notebooks
 
 install:
 	bash scripts/install.sh
@@ -30,6 +30,11 @@ demo: model
 # JupyterLab on the notebooks with the project's kernel (.venv); the URL with its token is printed
 lab: install
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
+
+# every notebook executed at PRESET (cpu: hours on 2 cores) and rendered with Jupyter Book into docs/_build/html/;
+# the run's key figures go to docs/figures/ with the commit and date that made them
+book: install
+	$(PY) scripts/book.py --preset $(PRESET) --figures
 
 test: install
 	AGENTGYM_NB_PRESET=smoke $(PY) -m pytest tests --nbmake notebooks -q -p no:cacheprovider
