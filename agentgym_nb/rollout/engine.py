@@ -248,6 +248,34 @@ class HFEngine(Engine):
         self.model = None
 
 
+def executor_backend() -> str | None:
+    """vLLM's executor for an engine built in this process: "external_launcher" inside a multi-process launch (one
+    engine per process, on the process's own device), else vLLM's default for the tensor-parallel size."""
+    import torch.distributed as dist
+    launched = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    return "external_launcher" if launched else None
+
+
+@contextlib.contextmanager
+def _keep_launcher_process_group():
+    """vLLM's shutdown ends with torch.distributed.destroy_process_group() on the default group. Under an external
+    launcher that group is the launcher's (the trainer's gradients and every later engine need it), so its
+    destruction is skipped while the engine shuts down; vLLM's own groups are destroyed as usual."""
+    import torch.distributed as dist
+    destroy = dist.destroy_process_group
+
+    def destroy_own(group=None):
+        if group is None or group is dist.group.WORLD:
+            return
+        destroy(group)
+
+    dist.destroy_process_group = destroy_own
+    try:
+        yield
+    finally:
+        dist.destroy_process_group = destroy
+
+
 def cpu_split(parts: int) -> str:
     """This process's allowed cores in `parts` contiguous runs, in VLLM_CPU_OMP_THREADS_BIND's syntax ("0|1")."""
     cores = sorted(os.sched_getaffinity(0))
@@ -332,7 +360,13 @@ class VLLMEngine(Engine):
                  kv_cache_gib: float = 1.0, seed: int = 0, enable_prefix_caching: bool = True,
                  max_num_batched_tokens: int = 16384, tensor_parallel_size: int = 1):
         """tensor_parallel_size > 1 splits every layer over that many devices, one vLLM worker process each (the
-        engine core stays in this process, so a weight sync is still one call that reaches every worker)."""
+        engine core stays in this process, so a weight sync is still one call that reaches every worker).
+
+        Inside a multi-process launch (`accelerate launch`, torchrun: torch.distributed is initialised with more than
+        one process) every process builds its own engine with vLLM's external-launcher executor, as colocated
+        trainers do (TRL's colocate mode): the engine takes the launcher's RANK and LOCAL_RANK, so on GPUs process k
+        samples on its own device cuda:LOCAL_RANK instead of every engine landing on GPU 0. The engines start
+        together (they agree on their KV cache size through the process group)."""
         if not isinstance(tensor_parallel_size, int) or tensor_parallel_size < 1:
             raise ValueError(f"tensor_parallel_size must be a positive integer, got {tensor_parallel_size!r}")
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # same process as the trainer: reload is a direct call
@@ -366,7 +400,8 @@ class VLLMEngine(Engine):
                                # steps, which CPU generators cannot do ("CPU Generator does not use offset").
                                enable_chunked_prefill=False,
                                max_num_batched_tokens=max(max_model_len, max_num_batched_tokens),
-                               tensor_parallel_size=tensor_parallel_size)
+                               tensor_parallel_size=tensor_parallel_size,
+                               distributed_executor_backend=executor_backend())
         finally:
             torch.set_num_threads = set_num_threads
             torch.set_num_threads(threads)
@@ -427,5 +462,6 @@ class VLLMEngine(Engine):
         """Note: vLLM's state is partly process-wide: closing an engine breaks any other engine still open in this
         process ("pipeline model parallel group is not initialized"). Keep one open engine at a time."""
         if getattr(self, "llm", None) is not None:
-            self.llm.llm_engine.engine_core.shutdown()
+            with _keep_launcher_process_group():
+                self.llm.llm_engine.engine_core.shutdown()
             self.llm = None
