@@ -20,7 +20,7 @@ from .algos.advantages import ESTIMATORS, GIGPO_MODES
 from .algos.schedule import make_schedule
 from .paths import default_outputs_dir
 
-PRESETS = ("smoke", "cpu", "paper")
+PRESETS = ("smoke", "cpu", "gpu", "paper")
 
 
 @dataclass
@@ -211,7 +211,7 @@ def preset_values(env: str, preset: str, track: str | None = None) -> dict[str, 
     _check_choice("env", env, envs.ENV_NAMES)
     _check_choice("preset", preset, PRESETS)
     spec = envs.env_class(env)
-    track = track or ("all" if preset == "paper" and "all" in spec.tracks else next(iter(spec.tracks)))
+    track = track or ("all" if preset in ("gpu", "paper") and "all" in spec.tracks else next(iter(spec.tracks)))
     _check_choice(f"track of {env}", track, tuple(spec.tracks))
     chosen = spec.tracks[track]
     items = dict(track=track, levels=list(chosen.levels) if chosen.levels is not None else None)
@@ -233,6 +233,23 @@ def preset_values(env: str, preset: str, track: str | None = None) -> dict[str, 
                     loss_agg="seq-mean-token-mean",
                     kv_cache_gib=20)   # a process's episodes at full length: TextCraft's 32 x 10,752 tokens
                                        # x 56 KiB (Qwen2.5-7B: 28 layers x K, V x 512 x 2 bytes) = 18.4 GiB
+    if preset == "gpu":
+        if env not in PAPER_SCRIPTS:
+            raise ValueError(f"the gpu preset scales the paper's scripts down to one GPU; they cover "
+                             f"{', '.join(PAPER_SCRIPTS)}, not {env!r} (use preset cpu, or give the settings)")
+        script = PAPER_SCRIPTS[env]
+        # One GPU: a Colab/Kaggle T4 or L4 (16-24 GB) or one A100/H100 (80 GB). Qwen2.5-0.5B-Instruct, the paper's
+        # family at a size one card trains beside a colocated vLLM engine; LoRA (rank 32) so that it fits 16 GB
+        # (full fine-tuning, and the 1.5B model, fit 80 GB: `--dry-run` plans both cards). The paper's horizons and
+        # trajectory budget for the env, a quarter of its prompts per step, 60 steps in three stages.
+        return dict(**items, model="Qwen/Qwen2.5-0.5B-Instruct", engine="vllm", prompts_per_step=8,
+                    samples_per_prompt=script["n"], mini_batches=2, max_tokens=min(script["tokens_per_turn"], 256),
+                    max_total_tokens=script["prompt"] + script["response"], schedule="stepwise",
+                    rounds=script["rounds"], rounds_every=20, steps=60, eval_rounds=script["eval_rounds"],
+                    lora_rank=32, lr=1e-5, kl_coef=0.001, kl_type="low_var_kl", entropy_coef=0.001, clip_ratio=0.2,
+                    grad_clip=1.0, temperature=1.0, bf16=True, save_every=10, eval_items=100,
+                    micro_batch_tokens=2048, gradient_checkpointing=True, loss_agg="seq-mean-token-mean",
+                    kv_cache_gib=4)
     if preset == "cpu":
         # A 1M-parameter nano learns at a far larger lr than a 7B model, but not without limit (docs/results.md has
         # the lr at which it collapses); twice the prompts are played and only groups with a reward spread are
@@ -299,10 +316,10 @@ def _parse_value(raw: str) -> Any:
 
 
 def prompt_tokens(cfg: RunConfig) -> int:
-    """The part of cfg.max_total_tokens that AgentGym-RL's scripts call data.max_prompt_length: the paper preset's
-    script value for the env, else 1024. AgentGym-RL cuts a trajectory at prompt + response tokens
+    """The part of cfg.max_total_tokens that AgentGym-RL's scripts call data.max_prompt_length: the script's value
+    for the env at the paper and gpu presets, else 1024. AgentGym-RL cuts a trajectory at prompt + response tokens
     (`max_model_len = min(rollout.max_model_len, max_prompt_length + max_response_length)`); we budget that total."""
-    script = PAPER_SCRIPTS.get(cfg.env) if cfg.preset == "paper" else None
+    script = PAPER_SCRIPTS.get(cfg.env) if cfg.preset in ("gpu", "paper") else None
     return script["prompt"] if script else 1024
 
 

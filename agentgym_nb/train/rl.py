@@ -100,9 +100,11 @@ class Trainer:
         self.estimator = adv_fns.ESTIMATORS[cfg.algorithm]
         critic = Critic(self.model_dir) if self.estimator.needs_critic else None
         self.model, self.optimizer, self.critic, self.critic_optimizer = self._place(model, critic)
+        # a bf16 run samples from bf16 weights (half the memory the launch plan counts for them); an fp32 run's
+        # engine computes the same log-probs as the trainer
         self.engine = make_engine(cfg.engine, self.model_dir, max_model_len=cfg.max_total_tokens + cfg.max_tokens,
                                   seed=cfg.seed, tokenizer=self.tokenizer, kv_cache_gib=cfg.kv_cache_gib,
-                                  tensor_parallel_size=cfg.rollout_tp)
+                                  tensor_parallel_size=cfg.rollout_tp, dtype="bfloat16" if cfg.bf16 else "float32")
         set_threads(cfg.threads)   # the engine may have changed torch's thread count
         self.schedule = round_schedule(cfg)
         self.step = 0
