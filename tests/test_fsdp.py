@@ -203,3 +203,16 @@ def test_the_one_gpu_preset_plans_a_16_gb_and_an_80_gb_card():
     assert "fits an 80 GB card" in launch.plan(big).splitlines()[-1]
     with pytest.raises(ValueError, match="gpu preset scales the paper's scripts down"):
         make_config(preset="gpu", env="miniwob")
+
+
+@pytest.mark.timeout(60)
+def test_two_machines_of_8_gpus_with_env_servers_on_their_own_hosts():
+    cfg = make_config(preset="paper", env="babyai", overrides={
+        "launch_config": "fsdp_2x8gpu", "env_url": "http://envs-a:36002,http://envs-b:36002"})
+    text = launch.plan(cfg)
+    # accelerate's num_processes counts the processes of all machines: 16, each playing 2 of the 32 prompts
+    assert "16 processes: FSDP2 full shard" in text and "each plays ~2 prompts a step" in text
+    assert "env: http://envs-a:36002, http://envs-b:36002" in text
+    parts = launch.memory_per_gpu(cfg, launch.KNOWN_SHAPES[cfg.model], 16, "fsdp")
+    assert parts["policy"] == pytest.approx(16 * 7.62e9 / 16 / 1e9)
+    assert "fits an 80 GB card" in text.splitlines()[-1]

@@ -76,7 +76,7 @@ def check_launch(path: str, cfg: RunConfig) -> dict:
             if (key if key.startswith(prefix) else prefix + key) not in options:
                 raise ValueError(f"{path}: {section}.{key} is not an accelerate option (see `accelerate launch "
                                  "--help`)")
-    processes = launch.num_processes * launch.num_machines
+    processes = launch.num_processes   # accelerate counts every process of every machine here
     kind = getattr(launch.distributed_type, "value", str(launch.distributed_type))
     sharding = {"FSDP": "fsdp", "DEEPSPEED": "deepspeed"}.get(kind, "ddp" if processes > 1 else "none")
     out = dict(processes=processes, sharding=sharding, detail="")
