@@ -43,3 +43,14 @@ def test_no_code_cell_is_longer_than_40_lines(path):
     long = [(i, len("".join(c["source"]).splitlines())) for i, c in enumerate(json.load(open(path))["cells"])
             if c["cell_type"] == "code" and len("".join(c["source"]).splitlines()) > 40]
     assert not long, f"cells (index, lines) longer than 40 lines: {long}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+def test_papermill_reads_every_parameter(path):
+    """papermill -p warns "Passed unknown parameter" for a line of the parameters cell it cannot parse (a comment
+    with '=' in it is enough), and its --help-notebook hides it."""
+    import papermill
+    source = next("".join(c["source"]) for c in json.load(open(path))["cells"]
+                  if "parameters" in c["metadata"].get("tags", []))
+    names = [m.group(1) for m in re.finditer(r"^(\w+)\s*=", source, re.M)]
+    assert list(papermill.inspect_notebook(path)) == names
