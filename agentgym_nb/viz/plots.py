@@ -243,10 +243,16 @@ def plot_schedules(schedules: dict, steps: int, *, ax=None, path: str | None = N
                 label=label + (" (until its metric says: grow)" if adaptive else ""))
     ax.set_xlabel("training step")
     ax.set_ylabel("horizon H (max turns)")
+    return finish(ax, title=title, path=path if own else None)
+
+
+def finish(ax, *, title: str = "", path: str | None = None, legend: bool = True):
+    """The last touches every single-panel figure gets: a grid, the legend, the title; saved to `path` if given."""
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if legend:
+        ax.legend(fontsize=8)
     if title:
         ax.set_title(title)
-    if own and path:
+    if path:
         ax.figure.savefig(path, dpi=110)
     return ax.figure

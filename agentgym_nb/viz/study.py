@@ -15,7 +15,7 @@ import os
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .plots import t_interval
+from .plots import finish, t_interval
 
 RESULT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench",
                       "results", "horizon.json")
@@ -74,13 +74,7 @@ def plot_heldout_curves(block: dict, arms: list[str] | None = None, *, x: str = 
         ax.axvline(block["settings"]["steps"], ls=":", c="grey", lw=1)
     ax.set_xlabel({"step": "training step", "tokens": "policy tokens sampled"}[x])
     ax.set_ylabel(f"held-out success at H = {_eval_horizon(block)}")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    if title:
-        ax.set_title(title)
-    if own and path:
-        ax.figure.savefig(path, dpi=110)
-    return ax.figure
+    return finish(ax, title=title, path=path if own else None)
 
 
 def forest_rows(block: dict, point: str = "steps") -> list[dict]:
@@ -117,12 +111,7 @@ def plot_forest(block: dict, point: str = "steps", *, ax=None, path: str | None 
     ax.axvline(0, c="black", lw=0.8)
     ax.set_yticks(ys, [r["label"] for r in rows])
     ax.set_xlabel("difference in held-out success (thick: 95% CI over seeds; thin: over items)")
-    ax.grid(alpha=0.3, axis="x")
-    if title:
-        ax.set_title(title)
-    if own and path:
-        ax.figure.savefig(path, dpi=110)
-    return ax.figure
+    return finish(ax, title=title, path=path if own else None, legend=False)
 
 
 def eval_horizon_rows(block: dict, point: str = "steps") -> dict[str, dict]:
@@ -155,13 +144,7 @@ def plot_eval_horizons(block: dict, point: str = "steps", *, ax=None, path: str 
     ax.minorticks_off()
     ax.set_xlabel("evaluation horizon / trained horizon")
     ax.set_ylabel("held-out success")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    if title:
-        ax.set_title(title)
-    if own and path:
-        ax.figure.savefig(path, dpi=110)
-    return ax.figure
+    return finish(ax, title=title, path=path if own else None)
 
 
 def _eval_horizon(block: dict) -> int:
