@@ -8,6 +8,8 @@ RUN ?= demo-$(ENV)
 COMPARE ?= False
 # the demo's item set: BabyAI's one-room levels learn in minutes (TRACK=long: the horizon study's, ~95 min nano build)
 TRACK ?= $(if $(filter babyai,$(ENV)),one-room,None)
+# BabyAI's demo: 60 steps (stages of 20) and 200 held-out tasks, so that the paired lift's interval is narrow
+DEMO_ARGS ?= $(if $(filter babyai,$(ENV)),-p steps 60 -p rounds_every 20 -p eval_items 200,)
 export PYTHONHASHSEED := 0
 
 .PHONY: demo test test-fast lab book install model bench clean-outputs strip-notebooks
@@ -21,7 +23,7 @@ model: install
 demo: model
 	mkdir -p outputs/runs/$(RUN)
 	AGENTGYM_NB_PRESET=$(PRESET) $(VENV)/bin/papermill notebooks/05_scalinginter.ipynb \
-		outputs/runs/$(RUN)/05_scalinginter.ipynb -p env $(ENV) -p track $(TRACK) -p run_name $(RUN) -p compare $(COMPARE) \
+		outputs/runs/$(RUN)/05_scalinginter.ipynb -p env $(ENV) -p track $(TRACK) -p run_name $(RUN) -p compare $(COMPARE) $(DEMO_ARGS) \
 		--log-output --no-progress-bar
 	@echo
 	@echo "Results: outputs/runs/$(RUN)/  (summary.json, metrics.jsonl, figures/, rollouts/, executed notebook)"
