@@ -74,7 +74,7 @@ def test_prompt_and_response_lengths_map_as_in_agentgym_rl_scripts():
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(env="babya"), "Did you mean 'babyai'"),
-    (dict(preset="gpu"), "Valid: smoke, cpu, paper"),
+    (dict(preset="gpus"), "Did you mean .gpu.. Valid: smoke, cpu, gpu, paper"),
     (dict(overrides=["algorithm.rounds_ctrl.roundz=[1]"]), "did you mean 'algorithm.rounds_ctrl.rounds'"),
     (dict(overrides=["rounds"]), "expected key=value"),
     (dict(overrides=["steps=0"]), "steps must be a positive integer"),

@@ -14,6 +14,7 @@ import papermill
 import pytest
 
 from agentgym_nb import envs
+from agentgym_nb.config import preset_values
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +31,8 @@ def test_notebook_05_runs_on_env(env, tmp_path, monkeypatch):
     monkeypatch.setenv("AGENTGYM_NB_PRESET", "smoke")   # the kernel inherits this process' environment
     papermill.execute_notebook(str(NOTEBOOK), str(tmp_path / "05_scalinginter.ipynb"), progress_bar=False,
                                parameters=dict(env=env, compare=False, overrides=[f"out_dir={tmp_path}"]))
-    run = tmp_path / "runs" / f"scalinginter-{env}-smoke"
+    track = preset_values(env, "smoke")["track"]   # the env's first track, which the notebook names its run after
+    run = tmp_path / "runs" / f"scalinginter-{env}-{track}-smoke"
     summary = json.loads((run / "summary.json").read_text())
     assert (summary["env"], summary["preset"], summary["model"]) == (env, "smoke", "nano")
     assert (summary["rounds"], summary["steps"], summary["heldout_items"], summary["eval_rounds"]) == ([1, 2], 2, 4, 2)

@@ -279,3 +279,14 @@ def test_a_run_killed_mid_step_resumes_to_the_weights_of_an_uninterrupted_run(tm
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
     lines = (run / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [1, 2, 3, 4]
+
+
+def test_an_fp32_run_and_then_a_bf16_run_train_in_one_process(tmp_path, nano_dir):
+    # a notebook may train both; Accelerate alone refuses a second mixed-precision setting in a process
+    for name, bf16 in (("fp32", False), ("bf16", True)):
+        trainer = Trainer(smoke_config(tmp_path, name, engine="hf", bf16=bf16, steps=1), log=lambda *a: None)
+        try:
+            assert trainer.accelerator.mixed_precision == ("bf16" if bf16 else "no")
+            assert trainer.train_step()["optimizer_steps"] >= 1
+        finally:
+            trainer.close()

@@ -77,8 +77,10 @@ class Trainer:
         self.tokenizer = models.load_tokenizer(self.model_dir)
         self.chat = ChatFormat(self.tokenizer)
         trackers = trackers_of(cfg)
+        mixed_precision = "bf16" if cfg.bf16 else "no"
+        _forget_other_precision(mixed_precision)
         self.accelerator = Accelerator(cpu=not torch.cuda.is_available(),
-                                       mixed_precision="bf16" if cfg.bf16 else "no", log_with=trackers or None,
+                                       mixed_precision=mixed_precision, log_with=trackers or None,
                                        project_dir=cfg.run_dir)
         if trackers:
             self.accelerator.init_trackers(cfg.name, config={k: v if isinstance(v, (int, float, str, bool)) else str(v)
@@ -571,6 +573,16 @@ class Trainer:
         for tracker in self.accelerator.trackers:   # not end_training(): it also tears down the process group,
             tracker.finish()                        # which vLLM's engine (and a next Trainer) still use
         self.engine.close()
+
+
+def _forget_other_precision(mixed_precision: str) -> None:
+    """Accelerate keeps one mixed-precision setting per process and refuses a second Accelerator with another, so a
+    notebook that trains an fp32 run and then a bf16 one would fail. The setting is per run here: an earlier run's is
+    dropped (the process group, in PartialState, stays)."""
+    from accelerate.state import AcceleratorState
+    earlier = AcceleratorState._shared_state.get("_mixed_precision")
+    if earlier is not None and earlier != mixed_precision:
+        AcceleratorState._reset_state(reset_partial_state=False)
 
 
 class RunHealthError(RuntimeError):
