@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Times `make demo` from a fresh clone of this repository (install + nano build + the ScalingInter-RL notebook) and
 # adds the run to bench/results/demo.json: wall seconds per phase, the load, the machine, and the run's summary.json
-# (held-out success before and after, the paired lift with its 95% interval, the health numbers).
+# (held-out success before and after, the paired lift with its 95% interval, the health numbers); its training
+# figure goes to docs/figures/demo_training.png.
 #   bash bench/demo_from_clone.sh            # once; run it again for another fresh-clone run
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -14,7 +15,9 @@ t0=$(date +%s); make install > "$src/bench/results/demo.log" 2>&1
 t1=$(date +%s); make model >> "$src/bench/results/demo.log" 2>&1
 t2=$(date +%s); make demo >> "$src/bench/results/demo.log" 2>&1
 t3=$(date +%s)
-cp outputs/runs/demo-babyai/figures/training.png "$src/bench/results/demo_training.png"
+.venv/bin/python -c "import sys; sys.path.insert(0, '$src/scripts'); import book; book.record_figure(
+  'outputs/runs/demo-babyai/figures/training.png', 'demo_training.png', 'make demo: a ScalingInter-RL run on \
+BabyAI\'s one-room track, step by step', 'cpu', '$(git rev-parse --short HEAD)')"
 python3 - "$src/bench/results/demo.json" "$t0" "$t1" "$t2" "$t3" "$load" "$(git rev-parse --short HEAD)" \
   outputs/runs/demo-babyai/summary.json outputs/models/*/build.json <<'PY'
 import json, os, platform, sys, time

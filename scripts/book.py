@@ -84,20 +84,27 @@ def render(notebooks: list[str], note: str) -> str:
 def copy_figures(preset: str, executed: list[str]) -> list[str]:
     """The key figures of this run into docs/figures/, listed with commit, date and preset in its README.md."""
     from agentgym_nb.paths import default_outputs_dir
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
-    target = os.path.join(ROOT, "docs", "figures")
-    os.makedirs(target, exist_ok=True)
-    listing = os.path.join(target, "README.md")
-    rows = json.load(open(listing + ".json")) if os.path.exists(listing + ".json") else {}
     copied = []
     for nb in executed:
         for source, name, about in KEY_FIGURES.get(os.path.splitext(os.path.basename(nb))[0], []):
             path = os.path.join(default_outputs_dir(), "runs", source.format(preset=preset))
             if os.path.exists(path):
-                shutil.copy(path, os.path.join(target, name))
-                rows[name] = {"about": about, "preset": preset, "commit": commit, "date": time.strftime("%Y-%m-%d")}
+                record_figure(path, name, about, preset)
                 copied.append(name)
+    return copied
+
+
+def record_figure(path: str, name: str, about: str, preset: str, commit: str | None = None) -> None:
+    """Copy one figure to docs/figures/`name` and list it in docs/figures/README.md with the commit (this checkout's
+    unless given), date and preset of the run that drew it (bench/demo_from_clone.sh records make demo's too)."""
+    commit = commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                      text=True).stdout.strip()
+    target = os.path.join(ROOT, "docs", "figures")
+    os.makedirs(target, exist_ok=True)
+    shutil.copy(path, os.path.join(target, name))
+    listing = os.path.join(target, "README.md")
+    rows = json.load(open(listing + ".json")) if os.path.exists(listing + ".json") else {}
+    rows[name] = {"about": about, "preset": preset, "commit": commit, "date": time.strftime("%Y-%m-%d")}
     with open(listing + ".json", "w") as f:
         json.dump(rows, f, indent=1)
     with open(listing, "w") as f:
@@ -105,7 +112,6 @@ def copy_figures(preset: str, executed: list[str]) -> list[str]:
                 "| figure | what it shows | preset | commit | date |\n|---|---|---|---|---|\n")
         for name, r in sorted(rows.items()):
             f.write(f"| [{name}]({name}) | {r['about']} | {r['preset']} | {r['commit']} | {r['date']} |\n")
-    return copied
 
 
 def main() -> None:
