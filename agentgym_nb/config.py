@@ -282,6 +282,10 @@ def make_config(preset: str | None = None, overrides: list[str] | dict | None = 
     chosen = {DOTTED_KEYS.get(k, k): v for k, v in {**kwargs, **overrides}.items()}
     env, track = chosen.get("env", "babyai"), chosen.get("track")
     values: dict[str, Any] = {"preset": preset, **preset_values(env, preset, track)}
+    if preset == "cpu" and chosen.get("model", "nano") != "nano":
+        # 8,192 tokens of a pretrained vocabulary's logits (SmolLM2: 49,152) are 1.6 GB a forward pass, and the
+        # backward pass holds several copies: a full SmolLM2 step reached 17 GB and was killed on a 24 GB machine
+        values["micro_batch_tokens"] = 2048
     values.update(kwargs)
     cfg = RunConfig()
     _apply(cfg, values)

