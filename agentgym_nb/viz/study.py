@@ -67,8 +67,9 @@ def plot_heldout_curves(block: dict, arms: list[str] | None = None, *, x: str = 
     for arm in arms:
         xs, mean, lo, hi = heldout_curve(block, arm, x=x)
         color = ARM_COLORS.get(arm)
-        ax.plot(xs, mean, marker="o", ms=3, color=color, label=f"{ARM_LABELS.get(arm, arm)} ({len(seeds_of(block, arm))} seeds)")
-        if len(seeds_of(block, arm)) > 1:
+        n = len(seeds_of(block, arm))
+        ax.plot(xs, mean, marker="o", ms=3, color=color, label=f"{ARM_LABELS.get(arm, arm)} ({n} seed{'s' * (n > 1)})")
+        if n > 1:
             ax.fill_between(xs, lo, hi, color=color, alpha=0.15, lw=0)
     if x == "step":
         ax.axvline(block["settings"]["steps"], ls=":", c="grey", lw=1)
@@ -106,8 +107,8 @@ def plot_forest(block: dict, point: str = "steps", *, ax=None, path: str | None 
         ax.plot([ilo, ihi], [y, y], color=color, lw=1)
         ax.plot([slo, shi], [y, y], color=color, lw=5, alpha=0.45, solid_capstyle="butt")
         ax.plot(r["mean"], y, "o", color=color)
-        ax.annotate(f"{100 * r['mean']:+.1f} pts ({r['seeds']} seeds)", (r["mean"], y), textcoords="offset points",
-                    xytext=(0, 7), ha="center", fontsize=8)
+        ax.annotate(f"{100 * r['mean']:+.1f} pts ({r['seeds']} seed{'s' * (r['seeds'] > 1)})", (r["mean"], y),
+                    textcoords="offset points", xytext=(0, 7), ha="center", fontsize=8)
     ax.axvline(0, c="black", lw=0.8)
     ax.set_yticks(ys, [r["label"] for r in rows])
     ax.set_xlabel("difference in held-out success (thick: 95% CI over seeds; thin: over items)")
