@@ -56,3 +56,9 @@ def test_figures_draw_their_numbers(tmp_path):
 def test_a_missing_report_says_how_to_make_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="bench/horizon.py --jobs 2"):
         study.load_study(path=str(tmp_path / "horizon.json"))
+
+
+def test_arms_that_have_not_finished_a_run_are_left_out_of_the_curves():
+    fig = study.plot_heldout_curves(block(), ["fixed6", "stepwise", "fixed20"])   # no stepwise run yet
+    assert [line.get_label() for line in fig.axes[0].lines if not line.get_label().startswith("_")] == [
+        "fixed H = 6 (1 seed)", "fixed H = 20 (2 seeds)"]

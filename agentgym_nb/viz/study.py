@@ -59,8 +59,9 @@ def heldout_curve(block: dict, arm: str, *, x: str = "step") -> tuple[np.ndarray
 def plot_heldout_curves(block: dict, arms: list[str] | None = None, *, x: str = "step", ax=None,
                         path: str | None = None, title: str = ""):
     """Held-out success (the study's evaluation horizon) against training steps or tokens, one line per arm: the
-    mean over seeds and its 95% band. The equal-steps point is a dotted vertical line."""
-    arms = arms or [a for a in ARM_LABELS if seeds_of(block, a)]
+    mean over seeds and its 95% band. The equal-steps point is a dotted vertical line. Arms without a finished run
+    are left out (a study that is still running has some)."""
+    arms = [a for a in (arms or ARM_LABELS) if seeds_of(block, a)]
     own = ax is None
     if own:
         fig, ax = plt.subplots(figsize=(8, 4.4), constrained_layout=True)
