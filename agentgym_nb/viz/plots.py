@@ -49,6 +49,11 @@ def plot_training(history: list[dict], path: str | None = None, title: str = "",
 
 # ------------------------------------------------------------------------------------- several runs, several seeds
 
+def seeds_label(n: int) -> str:
+    """"1 seed", "4 seeds": how many seeds a mean is over, for legends and annotations."""
+    return f"{n} seed{'s' * (n != 1)}"
+
+
 def t_interval(values: Sequence[float], bounds: tuple[float, float] | None = None) -> tuple[float, float, float]:
     """(mean, lo, hi): mean +- t_{0.975, n-1} * s / sqrt(n) over seeds, s the unbiased standard deviation, clipped to
     `bounds` when the quantity has them (a rate: (0, 1); with two seeds t = 12.7 reaches far past them).
@@ -119,7 +124,7 @@ def plot_runs(runs: dict[str, list[list[dict]]], keys: Sequence[str] = ("reward"
             xs, mean, lo, hi = curve_band(histories, key, x=x, window=1 if key == "max_rounds" else window)
             seeds = len(histories)
             ax.plot(xs, mean, marker="o", ms=2.5, color=color,
-                    label=f"{label} ({seeds} seed{'s' if seeds > 1 else ''})")
+                    label=f"{label} ({seeds_label(seeds)})")
             if seeds > 1:
                 ax.fill_between(xs, lo, hi, color=color, alpha=0.2, lw=0)
         ax.set_xlabel(X_AXES[x])

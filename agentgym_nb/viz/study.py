@@ -15,7 +15,7 @@ import os
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .plots import finish, t_interval
+from .plots import finish, seeds_label, t_interval
 
 RESULT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench",
                       "results", "horizon.json")
@@ -69,7 +69,7 @@ def plot_heldout_curves(block: dict, arms: list[str] | None = None, *, x: str = 
         xs, mean, lo, hi = heldout_curve(block, arm, x=x)
         color = ARM_COLORS.get(arm)
         n = len(seeds_of(block, arm))
-        ax.plot(xs, mean, marker="o", ms=3, color=color, label=f"{ARM_LABELS.get(arm, arm)} ({n} seed{'s' * (n > 1)})")
+        ax.plot(xs, mean, marker="o", ms=3, color=color, label=f"{ARM_LABELS.get(arm, arm)} ({seeds_label(n)})")
         if n > 1:
             ax.fill_between(xs, lo, hi, color=color, alpha=0.15, lw=0)
     if x == "step":
@@ -108,7 +108,7 @@ def plot_forest(block: dict, point: str = "steps", *, ax=None, path: str | None 
         ax.plot([ilo, ihi], [y, y], color=color, lw=1)
         ax.plot([slo, shi], [y, y], color=color, lw=5, alpha=0.45, solid_capstyle="butt")
         ax.plot(r["mean"], y, "o", color=color)
-        ax.annotate(f"{100 * r['mean']:+.1f} pts ({r['seeds']} seed{'s' * (r['seeds'] > 1)})", (r["mean"], y),
+        ax.annotate(f"{100 * r['mean']:+.1f} pts ({seeds_label(r['seeds'])})", (r["mean"], y),
                     textcoords="offset points", xytext=(0, 7), ha="center", fontsize=8)
     ax.axvline(0, c="black", lw=0.8)
     ax.set_yticks(ys, [r["label"] for r in rows])
@@ -151,3 +151,4 @@ def plot_eval_horizons(block: dict, point: str = "steps", *, ax=None, path: str 
 
 def _eval_horizon(block: dict) -> int:
     return next(iter(block["runs"].values()))["eval_horizon"]
+
