@@ -57,6 +57,20 @@ def test_instability_needs_two_fixed_long_runs_and_the_short_arm():
     assert both["fixed_long_unstable_fixed_short_plateaus"]["verdict"] == "reproduced"
 
 
+def test_the_cut_episode_arms_are_fixed_long_with_one_option_each_at_equal_steps_only():
+    study = horizon.Study(preset="smoke")
+    base, left_out, discounted = (study.config(a, 0) for a in ("fixed20", *horizon.CUT_ARMS))
+    assert (base.cut_out_of_baseline, base.cut_turn_discount) == (False, 1.0)
+    assert (left_out.cut_out_of_baseline, left_out.cut_turn_discount) == (True, 1.0)
+    assert (discounted.cut_out_of_baseline, discounted.cut_turn_discount) == (False, 0.9)
+    assert left_out.rounds == discounted.rounds == base.rounds and left_out.run_dir != base.run_dir
+    jobs = horizon.planned(["fixed20", *horizon.CUT_ARMS, "stepwise"], [0, 1], tokens=True)
+    assert jobs[:4] == [("fixed20", 0, "steps"), ("stepwise", 0, "steps"), ("fixed20-cut-baseline", 0, "steps"),
+                        ("fixed20-cut-discount", 0, "steps")]
+    assert [j for j in jobs if j[2] == "tokens"] == [("stepwise", 0, "tokens"), ("stepwise", 1, "tokens")]
+    assert not set(horizon.CUT_ARMS) & set(horizon.MAIN_ARMS)   # the main study does not run them by default
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_horizon_study_runs_both_budgets_and_reports(tmp_path):

@@ -21,9 +21,10 @@ RESULT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.ab
                       "results", "horizon.json")
 ARM_LABELS = {"fixed6": "fixed H = 6", "fixed20": "fixed H = 20", "stepwise": "stepwise 6 -> 13 -> 20",
               "adaptive": "adaptive 6 -> 13 -> 20", "fixed20-rpp": "fixed H = 20, REINFORCE++",
-              "stepwise-rpp": "stepwise, REINFORCE++"}
+              "stepwise-rpp": "stepwise, REINFORCE++", "fixed20-cut-baseline": "fixed H = 20, cut out of baseline",
+              "fixed20-cut-discount": "fixed H = 20, cut turns discounted"}
 ARM_COLORS = {"fixed6": "C0", "fixed20": "C3", "stepwise": "C2", "adaptive": "C4", "fixed20-rpp": "C1",
-              "stepwise-rpp": "C8"}
+              "stepwise-rpp": "C8", "fixed20-cut-baseline": "C5", "fixed20-cut-discount": "C6"}
 MAIN_STUDY = "cpu-lr0.0003-steps60-n4"
 
 
