@@ -53,6 +53,15 @@ def test_figures_draw_their_numbers(tmp_path):
     assert list(fig.axes[0].lines[0].get_ydata()) == pytest.approx([0.1, 0.25, 0.3])
 
 
+def test_a_pair_is_coloured_as_established_only_over_two_or_more_seeds():
+    one_seed = {"seeds": 1, "ci_seeds": [0.063, 0.063]}      # a point, not an interval: it misses 0 by accident
+    assert study.forest_color(one_seed) == "C7"
+    assert study.forest_color({"seeds": 3, "ci_seeds": [0.01, 0.11]}) == "C2"
+    assert study.forest_color({"seeds": 3, "ci_seeds": [-0.09, -0.02]}) == "C3"
+    assert study.forest_color({"seeds": 3, "ci_seeds": [-0.02, 0.07]}) == "C7"
+    assert study.forest_color({"seeds": 2, "ci_seeds": [0.0, 0.07]}) == "C7"   # touching 0 is not missing it
+
+
 def test_a_missing_report_says_how_to_make_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="bench/horizon.py --jobs 2"):
         study.load_study(path=str(tmp_path / "horizon.json"))

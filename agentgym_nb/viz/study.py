@@ -95,26 +95,36 @@ def forest_rows(block: dict, point: str = "steps") -> list[dict]:
 
 
 def plot_forest(block: dict, point: str = "steps", *, ax=None, path: str | None = None, title: str = ""):
-    """The paired differences of `forest_rows` as a forest plot: thick bar = 95% interval over seeds (what a verdict
-    reads), thin bar = over items; a difference is established only where the thick bar misses 0."""
+    """The paired differences of `forest_rows` as a forest plot, in points: thick bar = 95% interval over seeds (what
+    a verdict reads), thin bar = over items. A difference is established (green above 0, red below) only where the
+    thick bar misses 0 over at least two seeds; one seed has no interval over seeds, so its pair stays grey."""
     rows = forest_rows(block, point)
     own = ax is None
     if own:
         fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.4), constrained_layout=True)
     ys = np.arange(len(rows))[::-1]
     for y, r in zip(ys, rows):
-        (slo, shi), (ilo, ihi) = r["ci_seeds"], r["ci_items"]
-        clear = slo > 0 or shi < 0
-        color = "C2" if clear and slo > 0 else "C3" if clear else "C7"
+        (slo, shi), (ilo, ihi), mean = (100 * np.asarray(r["ci_seeds"]), 100 * np.asarray(r["ci_items"]),
+                                        100 * r["mean"])
+        color = forest_color(r)
         ax.plot([ilo, ihi], [y, y], color=color, lw=1)
         ax.plot([slo, shi], [y, y], color=color, lw=5, alpha=0.45, solid_capstyle="butt")
-        ax.plot(r["mean"], y, "o", color=color)
-        ax.annotate(f"{100 * r['mean']:+.1f} pts ({seeds_label(r['seeds'])})", (r["mean"], y),
+        ax.plot(mean, y, "o", color=color)
+        ax.annotate(f"{mean:+.1f} pts ({seeds_label(r['seeds'])})", (mean, y),
                     textcoords="offset points", xytext=(0, 7), ha="center", fontsize=8)
     ax.axvline(0, c="black", lw=0.8)
     ax.set_yticks(ys, [r["label"] for r in rows])
-    ax.set_xlabel("difference in held-out success (thick: 95% CI over seeds; thin: over items)")
+    ax.set_xlabel("difference in held-out success, points (thick: 95% CI over seeds; thin: over items)")
     return finish(ax, title=title, path=path if own else None, legend=False)
+
+
+def forest_color(row: dict) -> str:
+    """Green: established above 0; red: below; grey: not established (the interval over seeds covers 0, or there is
+    only one seed)."""
+    lo, hi = row["ci_seeds"]
+    if row["seeds"] < 2 or lo <= 0 <= hi:
+        return "C7"
+    return "C2" if lo > 0 else "C3"
 
 
 def eval_horizon_rows(block: dict, point: str = "steps") -> dict[str, dict]:
