@@ -46,3 +46,21 @@ def start_job(cmd: list[str], slot: int, jobs: int, **kw):
     core = cores[slot % len(cores)]
     env = dict(os.environ, OMP_NUM_THREADS="1", VLLM_CPU_OMP_THREADS_BIND=str(core))
     return subprocess.Popen(cmd, env=env, preexec_fn=lambda: os.sched_setaffinity(0, {core}), **kw)
+
+
+def yield_cpu() -> str:
+    """Give this process, and the processes it starts, the lowest CPU priority, so that hours of background runs take
+    only the cores nothing else wants. `nice` alone is not enough on Linux: with autogroup scheduling (the default)
+    every session gets an equal share of the CPU whatever its processes' nice values, so a niced study started from
+    one shell still took half the machine from a test suite started from another. The autogroup is niced too, but
+    only when this process leads its own session (started with `start_new_session=True`): an autogroup's nice
+    applies to its whole session, which must not be the user's shell. Returns what was done, for the log."""
+    os.nice(19 - os.nice(0))
+    if os.getsid(0) != os.getpid():
+        return "nice 19 (autogroup left alone: this process shares its session)"
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write("19")
+        return "nice 19, autogroup nice 19"
+    except OSError as e:   # no autogroup (kernel option off, or not Linux): the process nice is all there is
+        return f"nice 19 (autogroup not set: {e.strerror})"

@@ -39,7 +39,7 @@ import sys
 import time
 
 import numpy as np
-from _common import machine, start_job, versions  # bench/_common.py
+from _common import machine, start_job, versions, yield_cpu  # bench/_common.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -275,33 +275,39 @@ def schedule(study: Study, arms: list[str], seeds: list[int], jobs: int, tokens:
                if job[2] not in run_state(study, job[0], job[1], recorded)["points"]]
     running: dict[int, tuple[tuple, subprocess.Popen]] = {}   # slot (core) -> (job, process)
     busy = lambda: {job[:2] for job, _ in running.values()}   # noqa: E731  (a run is one process at a time)
-    while pending or running:
-        for slot in [s for s in range(jobs) if s not in running]:
-            job = next((j for j in pending if j[:2] not in busy() and _ready(study, *j, recorded)), None)
-            if job is None:
-                break
-            pending.remove(job)
-            arm, seed, point = job
-            budget = _budget(study, arm, seed, recorded) if point == "tokens" else None
-            print(f"[{time.strftime('%H:%M:%S')}] core {slot}: {arm} seed {seed} to "
-                  + (f"{budget:,} tokens" if budget else f"step {study.steps}"), flush=True)
-            log = open(os.path.join(_log_dir(study), f"{arm}-s{seed}.log"), "a")
-            cmd = [sys.executable, os.path.abspath(__file__), "--one", arm, str(seed), "--lr", str(study.lr),
-                   "--steps", str(study.steps), "--eval-every", str(study.eval_every), "--eval-items",
-                   str(study.eval_items), "--max-steps", str(study.max_steps), "--samples",
-                   str(study.samples_per_prompt), "--preset", study.preset]
-            cmd += ["--budget", str(budget)] if budget else []
-            running[slot] = (job, start_job(cmd, slot, jobs, stdout=log, stderr=subprocess.STDOUT))
-        time.sleep(5)
-        for slot, (job, proc) in list(running.items()):
-            if proc.poll() is not None:
-                del running[slot]
-                if proc.returncode:
-                    raise SystemExit(f"{job} failed (exit {proc.returncode}): see "
-                                     f"{os.path.join(_log_dir(study), f'{job[0]}-s{job[1]}.log')}")
-                finished()
-        if not running and pending and not any(_ready(study, *j, recorded) for j in pending):
-            raise SystemExit(f"nothing can run: {pending} wait for runs that are not scheduled")
+    try:
+        while pending or running:
+            for slot in [s for s in range(jobs) if s not in running]:
+                job = next((j for j in pending if j[:2] not in busy() and _ready(study, *j, recorded)), None)
+                if job is None:
+                    break
+                pending.remove(job)
+                arm, seed, point = job
+                budget = _budget(study, arm, seed, recorded) if point == "tokens" else None
+                print(f"[{time.strftime('%H:%M:%S')}] core {slot}: {arm} seed {seed} to "
+                      + (f"{budget:,} tokens" if budget else f"step {study.steps}"), flush=True)
+                log = open(os.path.join(_log_dir(study), f"{arm}-s{seed}.log"), "a")
+                cmd = [sys.executable, os.path.abspath(__file__), "--one", arm, str(seed), "--lr", str(study.lr),
+                       "--steps", str(study.steps), "--eval-every", str(study.eval_every), "--eval-items",
+                       str(study.eval_items), "--max-steps", str(study.max_steps), "--samples",
+                       str(study.samples_per_prompt), "--preset", study.preset]
+                cmd += ["--budget", str(budget)] if budget else []
+                # a session of its own, so that it can lower its autogroup's priority without lowering this shell's
+                running[slot] = (job, start_job(cmd, slot, jobs, stdout=log, stderr=subprocess.STDOUT,
+                                                start_new_session=True))
+            time.sleep(5)
+            for slot, (job, proc) in list(running.items()):
+                if proc.poll() is not None:
+                    del running[slot]
+                    if proc.returncode:
+                        raise SystemExit(f"{job} failed (exit {proc.returncode}): see "
+                                         f"{os.path.join(_log_dir(study), f'{job[0]}-s{job[1]}.log')}")
+                    finished()
+            if not running and pending and not any(_ready(study, *j, recorded) for j in pending):
+                raise SystemExit(f"nothing can run: {pending} wait for runs that are not scheduled")
+    finally:   # the runs have sessions of their own, so a Ctrl-C here does not reach them: stop them (they resume)
+        for _, proc in running.values():
+            proc.terminate()
 
 
 def planned(arms: list[str], seeds: list[int], tokens: bool) -> list[tuple[str, int, str]]:
@@ -551,6 +557,7 @@ def main() -> None:
     study = Study(lr=args.lr, steps=args.steps, eval_every=args.eval_every, eval_items=args.eval_items,
                   max_steps=args.max_steps, samples_per_prompt=args.samples, preset=args.preset)
     if args.one:
+        print(f"CPU priority: {yield_cpu()} (a study run takes the cores nothing else wants)", flush=True)
         train_one(study, args.one[0], int(args.one[1]), args.budget)
         return
     t0, load_before = time.time(), os.getloadavg()
