@@ -125,7 +125,7 @@ def test_a_study_run_lowers_its_own_sessions_priority_and_never_the_callers():
     mine = open("/proc/self/autogroup").read()
     shared = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert shared.startswith("nice 19 (autogroup left alone")
-    assert open("/proc/self/autogroup").read() == mine   # this session's priority is unchanged
+    assert open("/proc/self/autogroup").read() == mine   # the caller's autogroup priority is unchanged
 
 
 def test_per_item_outcomes_pack_into_a_string_and_back():
