@@ -162,4 +162,3 @@ def plot_eval_horizons(block: dict, point: str = "steps", *, ax=None, path: str 
 
 def _eval_horizon(block: dict) -> int:
     return next(iter(block["runs"].values()))["eval_horizon"]
-
