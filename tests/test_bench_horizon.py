@@ -128,6 +128,31 @@ def test_a_study_run_lowers_its_own_sessions_priority_and_never_the_callers():
     assert open("/proc/self/autogroup").read() == mine   # the caller's autogroup priority is unchanged
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_ctrl_c_of_the_study_stops_its_runs_too(tmp_path):
+    """Runs start in sessions of their own (to lower their own priority), so a Ctrl-C at the terminal reaches only
+    the scheduler; it must stop them rather than leave them training unseen."""
+    import signal
+    import time
+
+    import psutil
+    env = {**os.environ, "AGENTGYM_NB_OUTPUTS": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "horizon.py"), "--preset", "smoke", "--steps", "40",
+           "--eval-items", "4", "--seeds", "0", "--arms", "fixed20", "--no-tokens", "--out", str(tmp_path / "h.json")]
+    study = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in study.stdout:   # the nano is built first, then the run starts
+        if "core 0:" in line:
+            break
+    time.sleep(2)
+    runs = psutil.Process(study.pid).children()
+    assert runs and all(os.getsid(r.pid) == r.pid for r in runs)   # each run leads a session of its own
+    study.send_signal(signal.SIGINT)
+    study.wait(timeout=60)
+    gone, alive = psutil.wait_procs(runs, timeout=60)
+    assert not alive, f"runs still alive after the study stopped: {[p.pid for p in alive]}"
+
+
 def test_per_item_outcomes_pack_into_a_string_and_back():
     ids = ["3", "40", "7"]
     packed = horizon._pack({"3": 1.0, "40": 0.0, "7": 1.0}, ids)
