@@ -467,14 +467,12 @@ def report(study: Study, arms: list[str], seeds: list[int], recorded: dict) -> d
 def verdicts(out: dict, runs: dict) -> dict:
     """The paper's claims, each "reproduced", "not reproduced" or "inconclusive" with its numbers.
 
-    A difference is established when its 95% interval over seeds excludes 0 (the seed interval: runs are the
-    replicates; the item interval is reported beside it). One seed has no interval (its t-interval is the point
-    itself), so it establishes nothing, and a claim whose arms have not run is inconclusive."""
+    A difference counts only where `established` says so, by its 95% interval over seeds (runs are the replicates;
+    the item interval is reported beside it). A claim whose arms have not run is inconclusive."""
+    from agentgym_nb.viz.plots import established
+
     def sign(d: dict | None) -> int:
-        if not d or len(d["seeds"]) < 2:
-            return 0
-        lo, hi = d["ci95_seeds"]
-        return 1 if lo > 0 else -1 if hi < 0 else 0
+        return established(*d["ci95_seeds"], len(d["seeds"])) if d else 0
 
     pairs, v = out["pairs"], {}
     # 1. fixed long is unstable, fixed short plateaus

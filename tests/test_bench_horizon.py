@@ -160,3 +160,8 @@ def test_per_item_outcomes_pack_into_a_string_and_back():
     assert horizon._unpack(packed, ids) == {"3": 1.0, "40": 0.0, "7": 1.0}
     partial = {"3": 0.5, "40": 0.0, "7": 1.0}   # a fractional outcome (several samples per item) stays a dict
     assert horizon._pack(partial, ids) == partial and horizon._unpack(partial, ids) == partial
+
+
+def test_every_study_arm_has_a_label_and_a_colour_in_the_figures():
+    from agentgym_nb.viz import study
+    assert set(study.ARM_LABELS) == set(horizon.ARMS) == set(study.ARM_COLORS)

@@ -5,6 +5,7 @@ import pytest
 matplotlib.use("Agg")
 
 from agentgym_nb.viz import study  # noqa: E402
+from agentgym_nb.viz.plots import established  # noqa: E402
 
 
 def block():
@@ -71,3 +72,12 @@ def test_arms_that_have_not_finished_a_run_are_left_out_of_the_curves():
     fig = study.plot_heldout_curves(block(), ["fixed6", "stepwise", "fixed20"])   # no stepwise run yet
     assert [line.get_label() for line in fig.axes[0].lines if not line.get_label().startswith("_")] == [
         "fixed H = 6 (1 seed)", "fixed H = 20 (2 seeds)"]
+
+
+def test_established_needs_an_interval_over_two_seeds_that_misses_0():
+    assert established(0.01, 0.11, seeds=3) == 1
+    assert established(-0.09, -0.02, seeds=3) == -1
+    assert established(-0.02, 0.07, seeds=3) == 0
+    assert established(0.0, 0.07, seeds=2) == 0        # touching 0 is not missing it
+    assert established(0.063, 0.063, seeds=1) == 0     # one seed: t_interval's point, not an interval
+

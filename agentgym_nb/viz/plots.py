@@ -71,6 +71,18 @@ def t_interval(values: Sequence[float], bounds: tuple[float, float] | None = Non
     return mean, lo, hi
 
 
+def established(lo: float, hi: float, seeds: int) -> int:
+    """+1 or -1 when a paired difference is established above or below 0, else 0: its 95% interval over seeds
+    [lo, hi] excludes 0 (touching it is not excluding it), over at least two seeds. One seed has no interval over
+    seeds (`t_interval` returns the point itself), so it establishes nothing however far from 0 it lies."""
+    if seeds < 2:
+        return 0
+    return 1 if lo > 0 else -1 if hi < 0 else 0
+
+
+ESTABLISHED_COLORS = {1: "C2", -1: "C3", 0: "C7"}   # green: established above 0; red: below; grey: not established
+
+
 def smooth(values: Sequence[float], window: int = 1) -> np.ndarray:
     """Trailing moving average: out[i] = mean(values[max(0, i - window + 1) : i + 1])."""
     v = np.asarray(values, dtype=float)

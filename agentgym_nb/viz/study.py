@@ -15,7 +15,7 @@ import os
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .plots import finish, seeds_label, t_interval
+from .plots import ESTABLISHED_COLORS, established, finish, seeds_label, t_interval
 
 RESULT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench",
                       "results", "horizon.json")
@@ -119,12 +119,8 @@ def plot_forest(block: dict, point: str = "steps", *, ax=None, path: str | None 
 
 
 def forest_color(row: dict) -> str:
-    """Green: established above 0; red: below; grey: not established (the interval over seeds covers 0, or there is
-    only one seed)."""
-    lo, hi = row["ci_seeds"]
-    if row["seeds"] < 2 or lo <= 0 <= hi:
-        return "C7"
-    return "C2" if lo > 0 else "C3"
+    """A forest row's colour by `established` over its interval over seeds."""
+    return ESTABLISHED_COLORS[established(*row["ci_seeds"], row["seeds"])]
 
 
 def eval_horizon_rows(block: dict, point: str = "steps") -> dict[str, dict]:
