@@ -197,3 +197,18 @@ def test_the_schedule_plot_draws_each_schedules_horizon_per_step():
     assert list(lines[0].get_ydata()) == [6, 6, 13, 13, 20, 20]
     assert list(lines[1].get_ydata()) == [20] * 6
     assert list(lines[2].get_ydata()) == [6] * 6 and "until its metric" in lines[2].get_label()
+
+
+def test_interval_chart_wraps_long_labels_and_draws_its_reference_line(tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    from agentgym_nb.viz.plots import LABEL_WIDTH, plot_intervals
+    label = "fixed H=20: plateau (slope +0.06/10 steps), no collapse, held-out gain +0.03"
+    fig = plot_intervals([{"label": label, "value": -0.02, "lo": -0.08, "hi": 0.04}], reference=0,
+                         title="line one\nline two", path=str(tmp_path / "d.png"))
+    ax = fig.axes[0]
+    shown = ax.get_yticklabels()[0].get_text()
+    assert shown.replace("\n", " ") == label and max(map(len, shown.split("\n"))) <= LABEL_WIDTH
+    assert ax.get_title() == "line one\nline two"        # its own line breaks kept
+    assert [list(line.get_xdata()) for line in ax.lines if list(line.get_xdata()) == [0, 0]]
+    assert (tmp_path / "d.png").exists()

@@ -117,6 +117,17 @@ def curve_band(histories: list[list[dict]], key: str, *, x: str = "step", window
     return xs, stats[:, 0], stats[:, 1], stats[:, 2]
 
 
+LABEL_WIDTH = 44   # characters per line of an interval chart's row label
+TITLE_WIDTH = 80   # characters per line of a single-panel title
+YLABEL_WIDTH = 30   # characters per line of a panel's y label, so that it stays beside its own panel
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def wrap(text: str, width: int) -> str:
+    """`text` with each of its lines wrapped at `width` characters (its own line breaks kept)."""
+    return "\n".join(textwrap.fill(line, width, break_on_hyphens=False) for line in text.split("\n"))
+
+
 def plot_runs(runs: dict[str, list[list[dict]]], keys: Sequence[str] = ("reward", "success", "max_rounds", "turns",
               "kl", "cut_by_horizon"), *, x: str = "step", window: int = 1, path: str | None = None, title: str = "",
               ncols: int = 3, colors: dict | None = None):
@@ -135,12 +146,14 @@ def plot_runs(runs: dict[str, list[list[dict]]], keys: Sequence[str] = ("reward"
             # the horizon is a schedule, not a noisy measurement: a smoothed one ramps where it jumps
             xs, mean, lo, hi = curve_band(histories, key, x=x, window=1 if key == "max_rounds" else window)
             seeds = len(histories)
-            ax.plot(xs, mean, marker="o", ms=2.5, color=color,
+            # a line style per run too: runs with the same seed and horizon draw the same curve, one over the other
+            ax.plot(xs, mean, marker="o", ms=2.5, color=color, ls=LINE_STYLES[i % len(LINE_STYLES)],
                     label=f"{label} ({seeds_label(seeds)})")
             if seeds > 1:
                 ax.fill_between(xs, lo, hi, color=color, alpha=0.2, lw=0)
         ax.set_xlabel(X_AXES[x])
-        ax.set_ylabel(LABELS.get(key, key) + (f" ({window}-step mean)" if window > 1 and key != "max_rounds" else ""))
+        ax.set_ylabel(wrap(LABELS.get(key, key) + (f" ({window}-step mean)" if window > 1 and key != "max_rounds"
+                                                   else ""), YLABEL_WIDTH))
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(keys):]:
         ax.axis("off")
@@ -153,12 +166,15 @@ def plot_runs(runs: dict[str, list[list[dict]]], keys: Sequence[str] = ("reward"
 
 
 def plot_intervals(rows: list[dict], *, ax=None, xlabel: str = "held-out success rate", title: str = "",
-                   path: str | None = None, fmt: str = "{:.2f}"):
+                   path: str | None = None, fmt: str = "{:.2f}", reference: float | None = None):
     """Horizontal point-and-interval chart: rows of {"label", "value", "lo", "hi"} (+ optional "points": the
-    single seeds' values, drawn as dots, and "color"). Top row first."""
+    single seeds' values, drawn as dots, and "color"). Top row first. `reference`: a vertical line there (0 for
+    paired differences). Long labels and titles are wrapped so that they leave the plot its width."""
+    labels = [wrap(r["label"], LABEL_WIDTH) for r in rows]
     own = ax is None
     if own:
-        fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.2), constrained_layout=True)
+        lines = sum(max(1, label.count("\n") + 1) for label in labels)
+        fig, ax = plt.subplots(figsize=(9, 0.3 * lines + 0.25 * len(rows) + 1.4), constrained_layout=True)
     ys = np.arange(len(rows))[::-1]
     for y, r in zip(ys, rows):
         color = r.get("color", "C0")
@@ -168,11 +184,15 @@ def plot_intervals(rows: list[dict], *, ax=None, xlabel: str = "held-out success
             ax.plot(p, y, "x", color=color, alpha=0.7, ms=5)
         ax.annotate(fmt.format(r["value"]), (r["value"], y), textcoords="offset points", xytext=(0, 7), ha="center",
                     fontsize=8)
-    ax.set_yticks(ys, [r["label"] for r in rows])
+    if reference is not None:
+        ax.axvline(reference, c="black", lw=0.8)
+    ax.set_yticks(ys, labels)
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    ax.xaxis.set_major_locator(plt.MaxNLocator(6))
     ax.set_xlabel(xlabel)
     ax.grid(alpha=0.3, axis="x")
     if title:
-        ax.set_title(title)
+        ax.set_title(wrap(title, TITLE_WIDTH), fontsize=10)
     if own and path:
         ax.figure.savefig(path, dpi=110)
     return ax.figure
@@ -269,7 +289,7 @@ def finish(ax, *, title: str = "", path: str | None = None, legend: bool = True)
     if legend:
         ax.legend(fontsize=8)
     if title:
-        ax.set_title(title)
+        ax.set_title(wrap(title, TITLE_WIDTH), fontsize=10)
     if path:
         ax.figure.savefig(path, dpi=110)
     return ax.figure
