@@ -54,7 +54,7 @@ ARMS = {
     "fixed20-rpp": dict(schedule="fixed", rounds=[20], algorithm="reinforce_plus_plus"),
     "stepwise-rpp": dict(schedule="stepwise", rounds=[6, 13, 20], algorithm="reinforce_plus_plus"),
     # The two treatments of episodes cut by the horizon (RunConfig.cut_out_of_baseline, cut_turn_discount), each
-    # against the default on fixed long, where 77-100% of training episodes per step are cut. Equal steps only; not
+    # against the default on fixed long, where 61-100% of training episodes per step are cut. Equal steps only; not
     # in the default --arms. The discount 0.9 was chosen before any run: turn 20 of a cut episode keeps 0.9^19 = 14%.
     "fixed20-cut-baseline": dict(schedule="fixed", rounds=[20], cut_out_of_baseline=True),
     "fixed20-cut-discount": dict(schedule="fixed", rounds=[20], cut_turn_discount=0.9),

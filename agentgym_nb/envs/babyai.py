@@ -305,9 +305,10 @@ class BabyAI(Env):
         # phase whose learning rate decays to 0: episodes of up to 20 turns are harder to clone (docs/results.md
         # has the recipes tried and each one's held-out success per level).
         # At the cpu preset a run is 20 steps of 8 tasks x 4 episodes (AgentGym-RL's n; a step at H = 20 takes about
-        # a minute on one core), stages of 7 steps: notebooks 04 and 05 train in about half an hour each. The horizon
-        # study (bench/horizon.py) sets its own, longer budget.
-        "long": Track("multi-room, door, key and maze levels (expert: 4-22 turns) at the paper's horizons",
+        # 25 s on two cores), stages of 7 steps: notebook 04 runs in about 13 minutes, 05 in about 20 (docs/results.md,
+        # notebook run times). The horizon study (bench/horizon.py) sets its own, longer budget.
+        "long": Track("multi-room, door, key and maze levels (expert: 3.5-21.5 turns, median per level) at the "
+                      "paper's horizons",
                       (5, 7, 11, 14, 15, 16, 17, 20, 21, 23, 24, 26, 28, 30, 33),
                       Episodes(rounds=(6, 13, 20), max_tokens=40, max_total_tokens=4096),
                       budget=dict(samples_per_prompt=4, steps=20, rounds_every=7),

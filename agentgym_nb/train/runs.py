@@ -23,7 +23,7 @@ from .rl import Trainer
 
 NOT_LEARNING = ("name", "out_dir", "threads")   # settings that do not change what a run learns
 SCHEDULES = ("fixed", "stepwise", "adaptive")
-# The adaptive arm of notebooks 04-06 and the horizon study: the next horizon once, over its last 5 steps, the policy
+# The adaptive arm of notebook 05 and the horizon study: the next horizon once, over its last 5 steps, the policy
 # solves 15% of the training episodes the current horizon can solve at all (items whose expert needs at most H
 # turns): a threshold relative to what the horizon allows, which a short horizon can reach. 15% is three times what
 # the long track's nano solves of them at H = 6 before training (5.3% of 151 in-reach train items), fixed before
