@@ -80,4 +80,3 @@ def test_established_needs_an_interval_over_two_seeds_that_misses_0():
     assert established(-0.02, 0.07, seeds=3) == 0
     assert established(0.0, 0.07, seeds=2) == 0        # touching 0 is not missing it
     assert established(0.063, 0.063, seeds=1) == 0     # one seed: t_interval's point, not an interval
-

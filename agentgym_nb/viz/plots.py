@@ -173,7 +173,7 @@ def plot_intervals(rows: list[dict], *, ax=None, xlabel: str = "held-out success
     labels = [wrap(r["label"], LABEL_WIDTH) for r in rows]
     own = ax is None
     if own:
-        lines = sum(max(1, label.count("\n") + 1) for label in labels)
+        lines = sum(label.count("\n") + 1 for label in labels)
         fig, ax = plt.subplots(figsize=(9, 0.3 * lines + 0.25 * len(rows) + 1.4), constrained_layout=True)
     ys = np.arange(len(rows))[::-1]
     for y, r in zip(ys, rows):
