@@ -1,7 +1,9 @@
 """The env CLI: `python -m agentgym_nb.envs serve <env> --set key=value` passes constructor options to the env, here
-SearchQA's Search-R1 / FlashRAG files, through one or several real server processes; bad keys are clear errors."""
+SearchQA's Search-R1 / FlashRAG files, through one or several real server processes; bad keys are clear errors.
+`start_server` starts one such process on a free port and survives the port being taken before the server binds it."""
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -9,8 +11,10 @@ import time
 import pytest
 import requests
 
+from agentgym_nb.envs import EnvError, http
+
 from agentgym_nb.envs.__main__ import constructor_options, main
-from agentgym_nb.envs.http import free_ports
+from agentgym_nb.envs.http import free_ports, start_server
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -101,3 +105,42 @@ def test_options_are_json_or_text_and_checked_against_the_constructor(capsys):
     with pytest.raises(SystemExit) as exit_:   # argparse's usage error, before anything is started
         main(["serve", "textcraft", "--set", "=1"])
     assert exit_.value.code == 2 and "--set '=1': expected key=value" in capsys.readouterr().err
+
+
+def test_start_server_answers_on_a_free_port_and_retries_a_port_taken_before_it_binds(monkeypatch):
+    """The race the OS allows: free_ports finds a port free, then another process takes it before the server binds.
+    Here a listening socket holds the first port handed out; start_server starts again on the next one."""
+    real_free_ports = http.free_ports
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        ports = iter([taken])
+        monkeypatch.setattr(http, "free_ports", lambda **kw: next(ports, None) or real_free_ports(**kw))
+        process, url = start_server("babyai")
+        try:
+            assert url != f"http://127.0.0.1:{taken}" and url.startswith("http://127.0.0.1:")
+            assert requests.get(url + "/", timeout=10).json() == "This is environment BabyAI."
+            env_id = requests.post(f"{url}/create", timeout=30).json()["id"]
+            reset = requests.post(f"{url}/reset", json={"id": env_id, "data_idx": 0}, timeout=30).json()
+            assert reset["done"] is False and "Your goal:" in reset["observation"]
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+def test_start_server_on_a_taken_port_the_user_chose_is_a_clear_error():
+    """A port the caller chose is not silently replaced: the error says the address is in use."""
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        with pytest.raises(EnvError, match=rf"the babyai server at http://127.0.0.1:{taken} exited with code \d+: "
+                                           rf"(.|\n)*address already in use"):
+            start_server("babyai", port=taken)
+
+
+def test_start_server_reports_a_server_that_cannot_start_with_its_stderr():
+    with pytest.raises(EnvError, match=r"the searchqa server at http://127.0.0.1:\d+ exited with code 2: "
+                                       r"(.|\n)*--set corpse: searchqa has no option 'corpse'"):
+        start_server("searchqa", corpse="x.jsonl")

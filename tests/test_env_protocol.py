@@ -4,17 +4,15 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
 
-from agentgym_nb.envs.http import free_ports
 from agentgym_nb.envs import EnvError, EnvStateError, connect, make
 from agentgym_nb.envs.babyai import expert_replies
 from agentgym_nb.envs.base import MULTIPLE_ACTIONS
-from agentgym_nb.envs.http import make_app
+from agentgym_nb.envs.http import make_app, start_server
 from conftest import loopback_server
 
 pytestmark = pytest.mark.timeout(120)  # a hang is a failure, not a stuck CI job
@@ -202,19 +200,9 @@ def test_cli():
                          timeout=60)
     assert bad.returncode == 2 and "unknown env 'babya', did you mean 'babyai'?" in bad.stderr
 
-    port = free_ports()
-    process = subprocess.Popen([sys.executable, "-m", "agentgym_nb.envs", "serve", "babyai", "--port", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    greeting = None
+    process, url = start_server("babyai")
     try:
-        for _ in range(300):
-            try:
-                greeting = requests.get(f"http://127.0.0.1:{port}/", timeout=1).json()
-                break
-            except requests.ConnectionError:
-                assert process.poll() is None, process.stderr.read().decode()
-                time.sleep(0.1)
-        assert greeting == "This is environment BabyAI."
+        assert requests.get(url + "/", timeout=10).json() == "This is environment BabyAI."
     finally:
         process.terminate()
         process.wait(timeout=30)

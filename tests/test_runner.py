@@ -1,32 +1,20 @@
 """The runner under env failure: a server that dies mid-rollout and a server that never answers both end their
 episodes as `failed` with the reason, in bounded time; nothing is turned into a silent zero reward."""
 import socket
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
-import requests
 
-from agentgym_nb.envs.http import free_ports
 from agentgym_nb import envs
+from agentgym_nb.envs.http import start_server
 from agentgym_nb.rollout.engine import SamplingParams
 from agentgym_nb.rollout.runner import anchor_of, run_episodes
 
 
 @pytest.fixture
 def server_process():
-    port = free_ports()
-    proc = subprocess.Popen([sys.executable, "-m", "agentgym_nb.envs", "serve", "babyai", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            requests.get(url, timeout=1)
-            break
-        except requests.ConnectionError:
-            time.sleep(0.1)
+    proc, url = start_server("babyai")
     yield proc, url
     proc.kill()
     proc.wait()

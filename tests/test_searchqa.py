@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -16,10 +15,9 @@ import numpy as np
 import pytest
 import requests
 
-from agentgym_nb.envs.http import free_ports
 from agentgym_nb.envs import EnvError, EnvStateError, connect, item_ids, make
 from agentgym_nb.envs.base import MAX_ACTION_CHARS
-from agentgym_nb.envs.http import make_app
+from agentgym_nb.envs.http import make_app, start_server
 from agentgym_nb.envs.searchqa import (ACTION, CORRECT, INCORRECT, INSTRUCTION, INVALID, PROMPT, DenseRetriever,
                                        SearchQA, information)
 from agentgym_nb.envs.searchqa_corpus import build, contains_answer, normalize_answer
@@ -455,18 +453,9 @@ def test_concurrent_episodes_do_not_mix_and_cycles_leave_nothing(server, env):
 
 
 def test_cli_serves_searchqa(env):
-    port = free_ports()
-    process = subprocess.Popen([sys.executable, "-m", "agentgym_nb.envs", "serve", "searchqa", "--port", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
+    process, url = start_server("searchqa")
     try:
-        for _ in range(600):
-            try:
-                assert requests.get(url, timeout=1).json() == "ok"
-                break
-            except requests.ConnectionError:
-                assert process.poll() is None, process.stderr.read().decode()
-                time.sleep(0.1)
+        assert requests.get(url, timeout=10).json() == "ok"
         remote = connect("searchqa", url)
         remote.reset(1)
         for reply in env.expert(1):

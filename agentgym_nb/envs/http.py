@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -221,6 +222,46 @@ def free_ports(count: int = 1, host: str = "127.0.0.1") -> int:
     raise RuntimeError(f"found no {count} consecutive free ports on {host}")
 
 
+def server_options(options: dict) -> list[str]:
+    """An env's constructor options as `serve` arguments: --set key=<JSON> (paths as text)."""
+    return [arg for key, value in options.items() for arg in ("--set", f"{key}={json.dumps(value, default=str)}")]
+
+
+def start_server(name: str, port: int = 0, host: str = "127.0.0.1", timeout: float = 120.0,
+                 **options) -> tuple[subprocess.Popen, str]:
+    """Start `python -m agentgym_nb.envs serve <name>` in its own process and wait until it answers GET / (AgentGym's
+    health check). Returns (process, url); the caller stops it with process.terminate().
+
+    port=0 picks a free port. A port found free can still be taken before the server binds it: any process on the
+    machine may be handed it as an ephemeral port (SciWorld's JVM, a Jupyter kernel). A server that exits with
+    "address already in use" on a port picked here is therefore started again on another, up to three times. A
+    server that exits for any other reason, or does not answer within `timeout` seconds, raises EnvError with the end
+    of its stderr."""
+    for _ in range(3):
+        chosen = port or free_ports(host=host)
+        url = f"http://{host}:{chosen}"
+        stderr = tempfile.TemporaryFile(mode="w+")   # a file, not a pipe: a pipe nobody reads can fill and block it
+        process = subprocess.Popen([sys.executable, "-m", "agentgym_nb.envs", "serve", name, *server_options(options),
+                                    "--host", host, "--port", str(chosen)],
+                                   stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+        deadline = time.monotonic() + timeout
+        while process.poll() is None and time.monotonic() < deadline:
+            try:
+                requests.get(url + "/", timeout=2)
+                return process, url
+            except requests.RequestException:
+                time.sleep(0.2)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+            raise EnvError(f"the {name} server at {url} did not answer GET / within {timeout:g}s")
+        stderr.seek(0)
+        log = stderr.read()[-2000:]
+        if port or "address already in use" not in log:
+            raise EnvError(f"the {name} server at {url} exited with code {process.returncode}: {log}")
+    raise EnvError(f"three free ports in a row were taken before the {name} server could bind them; last: {url}")
+
+
 def serve(name: str, host: str = "127.0.0.1", port: int = 36002, **kw) -> None:
     """Serve env `name` over HTTP until interrupted (one process: the envs live in its memory)."""
     uvicorn.run(make_app(name, **kw), host=host, port=port, access_log=False)
@@ -236,9 +277,8 @@ def serve_workers(name: str, host: str = "127.0.0.1", port: int = 36002, workers
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))   # so `finally` stops the workers on a plain kill
-    options = [arg for key, value in kw.items() for arg in ("--set", f"{key}={json.dumps(value, default=str)}")]
-    procs = [subprocess.Popen([sys.executable, "-m", "agentgym_nb.envs", "serve", name, *options, "--host", host,
-                               "--port", str(port + i)]) for i in range(workers)]
+    procs = [subprocess.Popen([sys.executable, "-m", "agentgym_nb.envs", "serve", name, *server_options(kw),
+                               "--host", host, "--port", str(port + i)]) for i in range(workers)]
     urls = [f"http://{host}:{port + i}" for i in range(workers)]
     print(f"serving {name} from {workers} processes: {' '.join(urls)}", flush=True)
     try:
