@@ -27,7 +27,8 @@ def lab(tmp_path_factory):
     jupyter = os.path.join(os.path.dirname(sys.executable), "jupyter")
     proc = subprocess.Popen([jupyter, "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
                              "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.root_dir={root}",
-                             "--LabApp.expose_app_in_browser=True", "--allow-root"],   # CI runs as root
+                             "--LabApp.expose_app_in_browser=True", "--allow-root",    # CI runs as root
+                             "--ServerApp.port_retries=0"],   # a taken port is an exit with its log, not another port
                             env={**os.environ, "AGENTGYM_NB_PRESET": "smoke"}, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=open(log_path, "w"))
     url = f"http://127.0.0.1:{port}"
