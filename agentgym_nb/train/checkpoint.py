@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from ..config import RunConfig
+from ..rollout.engine import load_pretrained
 from .common import add_lora
 
 
@@ -149,7 +150,7 @@ def checkpoint_model_dir(checkpoint: str, base_dir: str) -> str:
     if not os.path.exists(weights):
         raise ValueError(f"checkpoint {checkpoint} has no model.safetensors (expected accelerate's save_state)")
     state = load_file(weights)
-    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    model = load_pretrained(AutoModelForCausalLM, base_dir, dtype=torch.float32)
     ranks = {v.shape[0] for k, v in state.items() if ".lora_A." in k}
     if len(ranks) > 1:
         raise ValueError(f"checkpoint {checkpoint} has LoRA adapters of several ranks {sorted(ranks)}; the trainer "

@@ -35,7 +35,7 @@ from ..algos import advantages as adv_fns
 from ..algos.losses import aggregate, explained_variance, kl_penalty, policy_loss, token_logprobs, value_loss
 from ..config import RunConfig, item_pool, make_config, round_schedule
 from ..rollout.evaluation import evaluate
-from ..rollout.engine import SamplingParams, make_engine
+from ..rollout.engine import SamplingParams, load_pretrained, make_engine
 from ..rollout.runner import RolloutStats, run_episodes, write_rollout_log
 from ..rollout.trajectory import ChatFormat, collate
 from . import checkpoint
@@ -52,7 +52,7 @@ class Critic(torch.nn.Module):
     def __init__(self, model_dir: str):
         super().__init__()
         from transformers import AutoModel   # a model class: importing it takes seconds
-        self.body = AutoModel.from_pretrained(model_dir, dtype=torch.float32)
+        self.body = load_pretrained(AutoModel, model_dir, dtype=torch.float32)
         self.head = torch.nn.Linear(self.body.config.hidden_size, 1)
         torch.nn.init.zeros_(self.head.weight)
         torch.nn.init.zeros_(self.head.bias)
@@ -91,7 +91,7 @@ class Trainer:
         self.sharding = sharding_of(self.accelerator)
         check_rollout_tp(cfg.rollout_tp, self.accelerator.num_processes,
                          torch.cuda.device_count() if torch.cuda.is_available() else None)
-        model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
+        model = load_pretrained(AutoModelForCausalLM, self.model_dir, dtype=torch.float32)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.ref = None
