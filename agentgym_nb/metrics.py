@@ -29,6 +29,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def pass_hat_k(n: int, c: int, k: int) -> float:
     """pass^k = C(c, k) / C(n, k) = prod_{i=0}^{k-1} (c - i) / (n - i): the chance that k samples all succeed."""
     _check_counts(n, c, k)
+    if c < k:
+        return 0.0   # the product would pass through a negative factor and give -0.0
     return math.prod((c - i) / (n - i) for i in range(k))
 
 

@@ -38,6 +38,7 @@ def test_edges():
     assert pass_at_k(10, 10, 3) == 1.0 and pass_hat_k(10, 10, 3) == 1.0
     assert pass_at_k(10, 1, 10) == 1.0  # k = n: any success in all samples
     assert pass_hat_k(10, 9, 10) == 0.0
+    assert f"{pass_hat_k(4, 1, 3):.3f}" == "0.000"   # fewer successes than k: 0, not the product's -0.0
     assert pass_at_k(10, 2, 9) == 1.0  # n - c = 8 < k: every 9-subset holds a success
 
 
