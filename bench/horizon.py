@@ -456,7 +456,8 @@ def report(study: Study, arms: list[str], seeds: list[int], recorded: dict) -> d
                    ("fixed20-cut-discount", "fixed20")]
     for a, b in comparisons:
         if a in arms and b in arms:
-            for point in ("steps", "tokens"):
+            # two reference arms have no equal-tokens phase: their tokens pair would repeat their steps pair
+            for point in ("steps",) if {a, b} <= set(LONG.values()) else ("steps", "tokens"):
                 d = paired(evals_at(a, point), evals_at(b, point), seeds)
                 if d:
                     out["pairs"][f"{a} - {b} @ {point}"] = d

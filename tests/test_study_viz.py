@@ -80,3 +80,24 @@ def test_established_needs_an_interval_over_two_seeds_that_misses_0():
     assert established(-0.02, 0.07, seeds=3) == 0
     assert established(0.0, 0.07, seeds=2) == 0        # touching 0 is not missing it
     assert established(0.063, 0.063, seeds=1) == 0     # one seed: t_interval's point, not an interval
+
+
+def test_the_equal_tokens_end_is_read_at_each_seeds_own_step():
+    """Seeds reach the token budget at different steps (here 70 and 80): the common-step curve stops at 60, and
+    budget_end reads each seed's own end point."""
+    def run(seed, curve, end_step):
+        return {"arm": "fixed6", "seed": seed, "eval_horizon": 20, "curve_h20": curve,
+                "points": {"steps": {"step": 60}, "tokens": {"step": end_step}}}
+    b = {"settings": {"steps": 60}, "pairs": {}, "arms": {},
+         "runs": {"fixed6/s0": run(0, [(0, 0, 0.1), (60, 300, 0.2), (70, 360, 0.3)], 70),
+                  "fixed6/s1": run(1, [(0, 0, 0.1), (60, 320, 0.2), (80, 400, 0.5)], 80)}}
+    assert study.heldout_curve(b, "fixed6")[0].tolist() == [0, 60]
+    step, mean, lo, hi = study.budget_end(b, "fixed6")
+    assert (step, mean) == pytest.approx((75, 0.4))
+    # 0.3 and 0.5: s = 0.1414, t(1) = 12.706, half width 1.27, clipped to [0, 1]
+    assert (lo, hi) == (0.0, 1.0)
+    assert study.budget_end(b, "fixed6", x="tokens")[0] == pytest.approx(380)
+    assert study.budget_end(b, "fixed6", "none") is None and study.budget_end(block(), "fixed20") is None
+    fig = study.plot_heldout_curves(b, x="tokens")
+    diamonds = [line for line in fig.axes[0].lines if line.get_marker() == "D"]
+    assert len(diamonds) == 1 and list(diamonds[0].get_xdata()) == [380] and list(diamonds[0].get_ydata()) == [0.4]

@@ -57,11 +57,28 @@ def heldout_curve(block: dict, arm: str, *, x: str = "step") -> tuple[np.ndarray
     return xs, stats[:, 0], stats[:, 1], stats[:, 2]
 
 
+def budget_end(block: dict, arm: str, point: str = "tokens", *, x: str = "step") -> tuple | None:
+    """(x, mean, lo, hi): held-out success at the study's evaluation horizon at budget `point` over the arm's seeds
+    that reached it, with a 95% t-interval across seeds; None if none has. Each seed reaches the equal-tokens budget
+    at its own step, so the common steps of `heldout_curve` miss it. x is the mean step, or the mean policy tokens
+    sampled by then."""
+    ends = []
+    for r in block["runs"].values():
+        if r["arm"] == arm and point in r.get("points", {}):
+            step = r["points"][point]["step"]
+            ends.append(next(c for c in r["curve_h20"] if c[0] == step))
+    if not ends:
+        return None
+    column = {"step": 0, "tokens": 1}[x]
+    return (float(np.mean([c[column] for c in ends])), *t_interval([c[2] for c in ends], bounds=(0, 1)))
+
+
 def plot_heldout_curves(block: dict, arms: list[str] | None = None, *, x: str = "step", ax=None,
                         path: str | None = None, title: str = ""):
     """Held-out success (the study's evaluation horizon) against training steps or tokens, one line per arm: the
-    mean over seeds and its 95% band. The equal-steps point is a dotted vertical line. Arms without a finished run
-    are left out (a study that is still running has some)."""
+    mean over seeds and its 95% band. The equal-steps point is a dotted vertical line; an arm's equal-tokens end
+    (`budget_end`) is a white diamond with its interval. Arms without a finished run are left out (a study that is
+    still running has some)."""
     arms = [a for a in (arms or ARM_LABELS) if seeds_of(block, a)]
     own = ax is None
     if own:
@@ -73,6 +90,10 @@ def plot_heldout_curves(block: dict, arms: list[str] | None = None, *, x: str = 
         ax.plot(xs, mean, marker="o", ms=3, color=color, label=f"{ARM_LABELS.get(arm, arm)} ({seeds_label(n)})")
         if n > 1:
             ax.fill_between(xs, lo, hi, color=color, alpha=0.15, lw=0)
+        end = budget_end(block, arm, x=x)
+        if end:
+            ex, em, elo, ehi = end
+            ax.errorbar([ex], [em], yerr=[[em - elo], [ehi - em]], fmt="D", ms=6, mfc="white", color=color, capsize=3)
     if x == "step":
         ax.axvline(block["settings"]["steps"], ls=":", c="grey", lw=1)
     ax.set_xlabel({"step": "training step", "tokens": "policy tokens sampled"}[x])
