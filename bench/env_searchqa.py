@@ -20,7 +20,7 @@ from pathlib import Path
 
 import requests
 
-from agentgym_nb.envs.http import free_ports
+from agentgym_nb.envs.http import start_server
 
 RESULTS = Path(__file__).resolve().parent / "results" / "env_searchqa.json"
 
@@ -30,20 +30,6 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError(f"no VmRSS for pid {pid}")
-
-
-def start_server(port: int, env: dict) -> subprocess.Popen:
-    process = subprocess.Popen([sys.executable, "-m", "agentgym_nb.envs", "serve", "searchqa", "--port", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    for _ in range(1200):
-        try:
-            if requests.get(f"http://127.0.0.1:{port}/", timeout=1).json() == "ok":
-                return process
-        except requests.ConnectionError:
-            if process.poll() is not None:
-                raise RuntimeError("the searchqa server died while starting")
-            time.sleep(0.1)
-    raise RuntimeError("the searchqa server did not start within 120 s")
 
 
 def main():
@@ -121,9 +107,8 @@ def main():
                             "what": "expert episodes over all 3,000 items (searches and answers)"}
     print(json.dumps({k: result[k] for k in ("query_ms", "expert", "in_process")}, indent=1))
 
-    port = free_ports()
-    server = start_server(port, {**os.environ, "OMP_NUM_THREADS": "1"})
-    url = f"http://127.0.0.1:{port}"
+    os.environ["OMP_NUM_THREADS"] = "1"   # the server's: the measurement is one server process on one core
+    server, url = start_server("searchqa", timeout=120)
     try:
         remote = connect("searchqa", url)
         solved, steps, seconds = play(remote, test)

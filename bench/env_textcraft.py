@@ -20,7 +20,7 @@ import requests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from agentgym_nb.envs.http import free_ports  # noqa: E402
+from agentgym_nb.envs.http import start_server  # noqa: E402
 
 BUILD = ("import time; from agentgym_nb.envs.textcraft import crafting_tree; t = time.perf_counter(); "
          "crafting_tree(); print(time.perf_counter() - t)")
@@ -46,22 +46,6 @@ def run_experts(make_env, items, expert) -> tuple[int, int, float]:
     seconds = time.perf_counter() - start
     env.close()
     return solved, steps, seconds
-
-
-def start_server() -> tuple[subprocess.Popen, str]:
-    port = free_ports()
-    process = subprocess.Popen([sys.executable, "-m", "agentgym_nb.envs", "serve", "textcraft", "--port", str(port)],
-                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            requests.get(url + "/", timeout=1)
-            return process, url
-        except requests.ConnectionError:
-            if process.poll() is not None:
-                raise RuntimeError(process.stderr.read().decode())
-            time.sleep(0.1)
-    raise RuntimeError("the textcraft server did not start")
 
 
 def cycles(url: str, n: int) -> float:
@@ -92,7 +76,7 @@ def main() -> None:
     solved_test, steps, seconds = run_experts(lambda: envs.make("textcraft"), test, expert_replies)
     solved_all, all_steps, all_seconds = run_experts(lambda: envs.make("textcraft"), goals, expert_replies)
 
-    process, url = start_server()
+    process, url = start_server("textcraft")
     try:
         http_solved, http_steps, http_seconds = run_experts(lambda: envs.connect("textcraft", url), test,
                                                             expert_replies)

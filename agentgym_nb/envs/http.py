@@ -234,7 +234,7 @@ def start_server(name: str, port: int = 0, host: str = "127.0.0.1", timeout: flo
 
     port=0 picks a free port. A port found free can still be taken before the server binds it: any process on the
     machine may be handed it as an ephemeral port (SciWorld's JVM, a Jupyter kernel). A server that exits with
-    "address already in use" on a port picked here is therefore started again on another, up to three times. A
+    "address already in use" on a port picked here is therefore started again on another: three ports in all. A
     server that exits for any other reason, or does not answer within `timeout` seconds, raises EnvError with the end
     of its stderr."""
     for _ in range(3):
@@ -248,15 +248,20 @@ def start_server(name: str, port: int = 0, host: str = "127.0.0.1", timeout: flo
         while process.poll() is None and time.monotonic() < deadline:
             try:
                 requests.get(url + "/", timeout=2)
-                return process, url
             except requests.RequestException:
                 time.sleep(0.2)
+                continue
+            if process.poll() is None:   # the answer came from our server, not from whoever holds the port
+                stderr.close()           # the server writes to its own copy of the file
+                return process, url
         if process.poll() is None:
             process.kill()
             process.wait()
+            stderr.close()
             raise EnvError(f"the {name} server at {url} did not answer GET / within {timeout:g}s")
         stderr.seek(0)
         log = stderr.read()[-2000:]
+        stderr.close()
         if port or "address already in use" not in log:
             raise EnvError(f"the {name} server at {url} exited with code {process.returncode}: {log}")
     raise EnvError(f"three free ports in a row were taken before the {name} server could bind them; last: {url}")
