@@ -165,3 +165,4 @@ def test_per_item_outcomes_pack_into_a_string_and_back():
 def test_every_study_arm_has_a_label_and_a_colour_in_the_figures():
     from agentgym_nb.viz import study
     assert set(study.ARM_LABELS) == set(horizon.ARMS) == set(study.ARM_COLORS)
+    assert {arm for arms in study.ARM_GROUPS.values() for arm in arms} == set(horizon.ARMS)   # every arm is drawn

@@ -3,7 +3,7 @@ with 95% bands across seeds per arm, a forest plot of the paired differences, an
 horizon. Each figure has a pure function beside it that computes what it draws, so the numbers can be checked.
 
     block = load_study()                       # one study of bench/results/horizon.json (the main one by default)
-    plot_heldout_curves(block)                 # success at H = 20 against training steps (or tokens)
+    plot_heldout_curves(block, ARM_GROUPS["horizon schedules, GRPO"])   # success at H = 20 over steps (or tokens)
     plot_forest(block, point="steps")          # arm minus arm, paired by seed and by item
     plot_eval_horizons(block, point="steps")   # success at 0.5x, 1x and 2x the horizon each arm trained at
 """
@@ -25,6 +25,11 @@ ARM_LABELS = {"fixed6": "fixed H = 6", "fixed20": "fixed H = 20", "stepwise": "s
               "fixed20-cut-discount": "fixed H = 20, cut turns discounted"}
 ARM_COLORS = {"fixed6": "C0", "fixed20": "C3", "stepwise": "C2", "adaptive": "C4", "fixed20-rpp": "C1",
               "stepwise-rpp": "C8", "fixed20-cut-baseline": "C5", "fixed20-cut-discount": "C6"}
+# The study's comparisons, one panel each (six arms with 95% bands in one panel cannot be read): the horizon
+# schedules under GRPO, GRPO against REINFORCE++ at the two schedules both ran, and the handling of horizon cuts.
+ARM_GROUPS = {"horizon schedules, GRPO": ["fixed6", "fixed20", "stepwise", "adaptive"],
+              "GRPO against REINFORCE++": ["fixed20", "fixed20-rpp", "stepwise", "stepwise-rpp"],
+              "episodes cut by the horizon, fixed H = 20": ["fixed20", "fixed20-cut-baseline", "fixed20-cut-discount"]}
 MAIN_STUDY = "cpu-lr0.0003-steps60-n4"
 
 
