@@ -462,7 +462,16 @@ def report(study: Study, arms: list[str], seeds: list[int], recorded: dict) -> d
                 if d:
                     out["pairs"][f"{a} - {b} @ {point}"] = d
     out["verdicts"] = verdicts(out, runs)
+    out["cost"] = cost(runs)
     return out
+
+
+def cost(runs: dict) -> dict:
+    """What the finished runs took, in core-hours (each run has one core): training up to its furthest budget point,
+    and held-out evaluation. Seconds of a shared machine: a run beside other work takes longer."""
+    train = sum(max(p["train_seconds"] for p in r["points"].values()) for r in runs.values() if r["points"])
+    evaluate = sum(e["seconds"] for r in runs.values() for e in r["evals"].values())
+    return {"runs": len(runs), "train_core_hours": round(train / 3600, 2), "eval_core_hours": round(evaluate / 3600, 2)}
 
 
 def verdicts(out: dict, runs: dict) -> dict:
@@ -584,6 +593,8 @@ def main() -> None:
                       f"{len(row[point]['per_seed'])} seeds, {row[point]['sampled_tokens'][0]:,.0f} tokens")
     for name, verdict in block["verdicts"].items():
         print(f"{name}: {verdict['verdict']}")
+    c = block["cost"]
+    print(f"{c['runs']} runs: {c['train_core_hours']} core-hours of training, {c['eval_core_hours']} of evaluation")
     print(f"-> {args.out}")
 
 

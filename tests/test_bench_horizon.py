@@ -101,13 +101,14 @@ def test_horizon_study_runs_both_budgets_and_reports(tmp_path):
     verdicts = study["verdicts"]
     assert "scalinginter_at_or_above_both_steps" not in verdicts   # needs fixed short too
     assert verdicts["scalinginter_fewer_tokens"]["verdict"] == "inconclusive"
+    assert study["cost"]["runs"] == 2
     # the committed report alone (run folders gone, as on a new machine) gives the same report and needs no run
     os.rename(tmp_path / "runs", tmp_path / "runs-elsewhere")
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
     assert "core 0:" not in again.stdout   # nothing was scheduled
     reread = json.loads(out.read_text())["studies"]["smoke-lr0.0003-steps2-n4"]
-    for key in ("runs", "pairs", "verdicts", "arms", "eval_item_ids", "start_model"):
+    for key in ("runs", "pairs", "verdicts", "arms", "eval_item_ids", "start_model", "cost"):
         assert reread[key] == study[key], key
 
 
@@ -151,6 +152,13 @@ def test_a_ctrl_c_of_the_study_stops_its_runs_too(tmp_path):
     study.wait(timeout=60)
     gone, alive = psutil.wait_procs(runs, timeout=60)
     assert not alive, f"runs still alive after the study stopped: {[p.pid for p in alive]}"
+
+
+def test_the_study_cost_counts_each_run_to_its_furthest_budget_point_and_every_evaluation():
+    runs = {("stepwise", 0): {"points": {"steps": {"train_seconds": 3600.0}, "tokens": {"train_seconds": 5400.0}},
+                              "evals": {"0/20": {"seconds": 900.0}, "60/20": {"seconds": 900.0}}},
+            ("fixed20", 0): {"points": {"steps": {"train_seconds": 1800.0}}, "evals": {"60/40": {"seconds": 1800.0}}}}
+    assert horizon.cost(runs) == {"runs": 2, "train_core_hours": 2.0, "eval_core_hours": 1.0}
 
 
 def test_per_item_outcomes_pack_into_a_string_and_back():
