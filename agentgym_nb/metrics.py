@@ -195,7 +195,7 @@ def paired_difference(after: dict, before: dict, *, resamples: int = 2000, seed:
 
 def late_slope(values: Sequence[float]) -> tuple[float, float, float]:
     """(slope, lo, hi) per 10 steps of the least-squares line through the second half of a per-step curve, with a
-    95% normal interval from the residuals: a plateau is an interval that contains 0. NaNs when fewer than 3 points."""
+    95% normal interval from the residuals (`trend` reads it). NaNs when fewer than 3 points."""
     y = np.asarray(values[len(values) // 2:], dtype=float)
     if len(y) < 3:
         return float("nan"), float("nan"), float("nan")
@@ -204,6 +204,21 @@ def late_slope(values: Sequence[float]) -> tuple[float, float, float]:
     resid = y - (a + b * x)
     se = math.sqrt(resid.var(ddof=2) / ((x - x.mean()) ** 2).sum())
     return 10 * b, 10 * (b - 1.96 * se), 10 * (b + 1.96 * se)
+
+
+def trend(slope: tuple[float, float, float], flat: float = 0.02) -> str:
+    """What a `late_slope` (slope, lo, hi) per 10 steps can say: "rising" (the interval lies above 0), "falling"
+    (below 0), "plateau" (it lies within +-`flat`: whatever the change, it is under 2 points of success per 10 steps
+    by default), else "no measurable trend": an interval that holds 0 but is wider than that cannot tell a plateau
+    from a slow rise or fall (too few steps, too much noise). "unknown" when the curve was too short for a slope."""
+    _, lo, hi = slope
+    if math.isnan(lo):
+        return "unknown"
+    if lo > 0:
+        return "rising"
+    if hi < 0:
+        return "falling"
+    return "plateau" if -flat <= lo and hi <= flat else "no measurable trend"
 
 
 def drop_from_peak(values: Sequence[float], window: int) -> dict:

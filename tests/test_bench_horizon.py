@@ -44,6 +44,12 @@ def test_one_seed_establishes_no_difference():
         "grpo_at_or_above_reinforce_pp_fixed20"]["verdict"] == "reproduced"
 
 
+def test_every_verdict_of_the_report_has_its_claim_and_rule_in_words():
+    from agentgym_nb.viz import study
+    block = study.load_study()   # the committed report
+    assert block["verdicts"] and set(block["verdicts"]) <= set(study.CLAIMS)
+
+
 def test_instability_needs_two_fixed_long_runs_and_the_short_arm():
     stable = {("fixed20", 0): _run([0.12, 0.15, 0.16])}
     assert horizon.verdicts({"pairs": {}}, stable)["fixed_long_unstable_fixed_short_plateaus"]["verdict"] == \

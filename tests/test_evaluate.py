@@ -365,3 +365,12 @@ def test_late_slope_and_drop_from_peak_by_hand():
     d = drop_from_peak(curve, 1)
     assert d["drop"] == pytest.approx(0.5) and d["peak_step"] == 3 and d["collapse"] is True
     assert drop_from_peak([0.0, 0.3, 0.6, 0.6, 0.55], 1)["collapse"] is False   # kept most of its gain
+
+
+def test_trend_tells_a_plateau_from_too_few_steps_to_tell():
+    from agentgym_nb.metrics import trend
+    assert trend((0.06, 0.01, 0.11)) == "rising" and trend((-0.05, -0.08, -0.01)) == "falling"
+    assert trend((0.005, -0.01, 0.015)) == "plateau"              # any change is under 2 points per 10 steps
+    assert trend((0.06, -0.04, 0.17)) == "no measurable trend"    # holds 0, but a rise of 17 points is as likely
+    assert trend((0.0, -0.03, 0.03), flat=0.05) == "plateau"
+    assert trend((float("nan"),) * 3) == "unknown"
