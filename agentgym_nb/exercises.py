@@ -2,9 +2,10 @@
 
     check("GRPO advantage of episode 0", my_value, grpo(scores, group, mask)[0, 3])
 
-A match prints a tick; anything else raises with what was expected of the answer's form (never the answer), so
-"Run all" stops at the first exercise that is not done yet. Each notebook's solution cell (collapsed) fills the
-answers in, which is how `pytest --nbmake` runs the notebooks top to bottom.
+A match prints a tick; a wrong answer raises with what was expected of its form (never the answer), so "Run all"
+stops at the first exercise answered wrongly. Each notebook's solution cell (collapsed) fills in only the answers
+still None: a learner's own answers are checked as written, and a notebook run top to bottom without answers
+(`pytest --nbmake`, a papermill training job) checks the solution against the package instead.
 """
 from __future__ import annotations
 
