@@ -475,7 +475,8 @@ def cost(runs: dict) -> dict:
 
 
 def verdicts(out: dict, runs: dict) -> dict:
-    """The paper's claims, each "reproduced", "not reproduced" or "inconclusive" with its numbers.
+    """The paper's claims, each with the claim and its rule in words, "reproduced", "not reproduced" or "inconclusive",
+    and its numbers.
 
     A difference counts only where `established` says so, by its 95% interval over seeds (runs are the replicates;
     the item interval is reported beside it). A claim whose arms have not run is inconclusive."""
@@ -505,6 +506,9 @@ def verdicts(out: dict, runs: dict) -> dict:
         claim = "reproduced" if collapsed and len(collapsed) * 2 >= len(unstable) and sign(d6) > 0 else \
             "not reproduced" if not collapsed and sign(d6) <= 0 else "inconclusive"
     v["fixed_long_unstable_fixed_short_plateaus"] = {
+        "claim": "fixed long (H = 20) is unstable and fixed short (H = 6) plateaus",
+        "rule": "reproduced when at least half of the fixed 20 runs fall 10 points or more from their peak by step 60 "
+                "and stepwise ends above fixed 6; not reproduced when no run falls and stepwise is not above fixed 6",
         "verdict": claim, "fixed20_peak_minus_final": drops, "fixed20_runs_that_fell_10_points": len(collapsed),
         "fixed20_runs": len(unstable), "fixed6_curves_h20": plateau, "stepwise_minus_fixed6": d6}
     # 2. ScalingInter ends at or above both
@@ -513,6 +517,9 @@ def verdicts(out: dict, runs: dict) -> dict:
         if a and b:
             s = (sign(a), sign(b))
             v[f"scalinginter_at_or_above_both_{point}"] = {
+                "claim": f"stepwise ends at or above both fixed horizons, equal {point}",
+                "rule": "reproduced when stepwise is above fixed 6 and above fixed 20; not reproduced when it is below "
+                        "either",
                 "verdict": "reproduced" if s == (1, 1) else "not reproduced" if -1 in s else "inconclusive",
                 "stepwise_minus_fixed6": a, "stepwise_minus_fixed20": b}
     # 3. ScalingInter reaches a given success with fewer tokens than fixed long
@@ -529,6 +536,10 @@ def verdicts(out: dict, runs: dict) -> dict:
         from agentgym_nb.viz.plots import t_interval
         m, lo, hi = t_interval(logs) if logs else (float("nan"),) * 3
         v["scalinginter_fewer_tokens"] = {
+            "claim": "stepwise reaches a given success with fewer policy tokens than fixed 20",
+            "rule": "the target is 80% of fixed 20's mean final success; reproduced when the tokens stepwise needed to "
+                    "reach it over those fixed 20 needed (a ratio per seed) has a 95% interval below 1, not reproduced "
+                    "when above 1",
             "target_success": target, "per_seed": ratios,
             "tokens_ratio_stepwise_over_fixed20": [math.exp(x) for x in (m, lo, hi)] if logs else None,
             "verdict": "inconclusive" if len(logs) < 2 else "reproduced" if hi < 0 else "not reproduced" if lo > 0
@@ -538,6 +549,9 @@ def verdicts(out: dict, runs: dict) -> dict:
         d = pairs.get(f"{arm} - {arm}-rpp @ steps")
         if d:
             v[f"grpo_at_or_above_reinforce_pp_{arm}"] = {
+                "claim": f"GRPO ends at or above REINFORCE++, {'stepwise' if arm == 'stepwise' else 'fixed H = 20'}",
+                "rule": "reproduced when GRPO is above REINFORCE++; not reproduced when below; no difference is "
+                        "inconclusive",
                 "verdict": "reproduced" if sign(d) > 0 else "not reproduced" if sign(d) < 0 else "inconclusive",
                 "grpo_minus_reinforce_pp": d}
     return v

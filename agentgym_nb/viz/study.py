@@ -30,26 +30,6 @@ ARM_COLORS = {"fixed6": "C0", "fixed20": "C3", "stepwise": "C2", "adaptive": "C4
 ARM_GROUPS = {"horizon schedules, GRPO": ["fixed6", "fixed20", "stepwise", "adaptive"],
               "GRPO against REINFORCE++": ["fixed20", "fixed20-rpp", "stepwise", "stepwise-rpp"],
               "episodes cut by the horizon, fixed H = 20": ["fixed20", "fixed20-cut-baseline", "fixed20-cut-discount"]}
-# The paper's claims as the study judges them (bench/horizon.py, `verdicts`): what each says, and its rule. "Above"
-# means a paired difference whose 95% interval over at least two seeds excludes 0.
-_AT_OR_ABOVE_BOTH = "reproduced when stepwise is above fixed 6 and above fixed 20; not reproduced when it is below either"
-_GRPO_RULE = "reproduced when GRPO is above REINFORCE++; not reproduced when below; no difference is inconclusive"
-CLAIMS = {
-    "fixed_long_unstable_fixed_short_plateaus": (
-        "fixed long (H = 20) is unstable and fixed short (H = 6) plateaus",
-        "reproduced when at least half of the fixed 20 runs fall 10 points or more from their peak by step 60 and "
-        "stepwise ends above fixed 6; not reproduced when no run falls and stepwise is not above fixed 6"),
-    "scalinginter_at_or_above_both_steps": ("stepwise ends at or above both fixed horizons, equal steps",
-                                            _AT_OR_ABOVE_BOTH),
-    "scalinginter_at_or_above_both_tokens": ("stepwise ends at or above both fixed horizons, equal tokens",
-                                             _AT_OR_ABOVE_BOTH),
-    "scalinginter_fewer_tokens": (
-        "stepwise reaches a given success with fewer policy tokens than fixed 20",
-        "the target is 80% of fixed 20's mean final success; reproduced when the tokens stepwise needed to reach it "
-        "over those fixed 20 needed (a ratio per seed) has a 95% interval below 1, not reproduced when above 1"),
-    "grpo_at_or_above_reinforce_pp_stepwise": ("GRPO ends at or above REINFORCE++, stepwise", _GRPO_RULE),
-    "grpo_at_or_above_reinforce_pp_fixed20": ("GRPO ends at or above REINFORCE++, fixed H = 20", _GRPO_RULE),
-}
 MAIN_STUDY = "cpu-lr0.0003-steps60-n4"
 
 
