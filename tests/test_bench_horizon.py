@@ -142,7 +142,10 @@ def test_a_ctrl_c_of_the_study_stops_its_runs_too(tmp_path):
     env = {**os.environ, "AGENTGYM_NB_OUTPUTS": str(tmp_path), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, os.path.join(ROOT, "bench", "horizon.py"), "--preset", "smoke", "--steps", "40",
            "--eval-items", "4", "--seeds", "0", "--arms", "fixed20", "--no-tokens", "--out", str(tmp_path / "h.json")]
-    study = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # a suite started in the background of a non-interactive shell inherits SIGINT ignored, and Python then installs no
+    # Ctrl-C handler at all: give the study the terminal's default, which is what this test is about
+    study = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     for line in study.stdout:   # the nano is built first, then the run starts
         if "core 0:" in line:
             break
