@@ -1,7 +1,7 @@
 """How often GiGPO's anchor states repeat within a group, per env, at the cpu preset. Without repeats GiGPO's step
 level is empty and it is GRPO.
 
-    .venv/bin/python bench/anchor_repeats.py [--envs babyai textcraft] [--steps 2] [--babyai-track one-room long]
+    .venv/bin/python bench/anchor_repeats.py [--envs babyai textcraft] [--steps 2] [--babyai-tracks one-room long]
 
 For each env (and BabyAI track) the cpu preset's nano model (built if missing) plays the training groups of the
 first `--steps` training steps (the preset's prompts x oversampling x samples per prompt, at the preset's longest
@@ -27,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-def measure(env: str, track: str | None, steps: int) -> dict:
+def measure(env: str, track: str | None, steps: int, threads: int | None = None) -> dict:
     import torch
 
     from agentgym_nb.algos.advantages import gigpo
@@ -36,7 +36,8 @@ def measure(env: str, track: str | None, steps: int) -> dict:
     from agentgym_nb.rollout.runner import run_episodes
     from agentgym_nb.rollout.trajectory import collate
     from agentgym_nb.train.rl import Trainer
-    cfg = make_config(preset="cpu", env=env, track=track, name=f"anchor-repeats-{env}-{track or 'default'}")
+    cfg = make_config(preset="cpu", env=env, track=track, name=f"anchor-repeats-{env}-{track or 'default'}",
+                      **({"threads": threads} if threads else {}))
     trainer = Trainer(cfg, log=lambda *a: None)
     horizon = max(cfg.rounds)
     counts = {"turns": 0, "shared": 0, "later_turns": 0, "later_shared": 0, "step_credit": 0, "episodes": 0}
@@ -80,7 +81,8 @@ def measure(env: str, track: str | None, steps: int) -> dict:
             "samples_per_prompt": cfg.samples_per_prompt, "steps": steps, **counts,
             "shared_share": share("shared", "turns"), "shared_past_turn_1_share": share("later_shared", "later_turns"),
             "step_credit_share": share("step_credit", "turns"),
-            "mean_step_group_size": sum(sizes) / len(sizes) if sizes else None, "seconds": round(time.time() - t0, 1)}
+            "mean_step_group_size": sum(sizes) / len(sizes) if sizes else None, "seconds": round(time.time() - t0, 1),
+            "threads": cfg.threads}
 
 
 def main() -> None:
@@ -88,12 +90,13 @@ def main() -> None:
     ap.add_argument("--envs", nargs="+", default=["babyai", "textcraft", "sciworld", "searchqa", "webarena"])
     ap.add_argument("--babyai-tracks", nargs="+", default=["one-room", "long"])
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--threads", type=int, help="torch threads (default: the cpu preset's); 1 beside another job")
     args = ap.parse_args()
     path = os.path.join(ROOT, "bench", "results", "anchor_repeats.json")
     result = json.load(open(path)) if os.path.exists(path) else {"rows": {}}
     for env in args.envs:
         for track in (args.babyai_tracks if env == "babyai" else [None]):
-            row = measure(env, track, args.steps)
+            row = measure(env, track, args.steps, args.threads)
             result["rows"][f"{env}/{row['track']}"] = row
             print(json.dumps(row), flush=True)
             result.update(date=time.strftime("%Y-%m-%d"), machine=machine(), versions=versions("torch", "vllm"),
