@@ -101,3 +101,34 @@ def test_the_equal_tokens_end_is_read_at_each_seeds_own_step():
     fig = study.plot_heldout_curves(b, x="tokens")
     diamonds = [line for line in fig.axes[0].lines if line.get_marker() == "D"]
     assert len(diamonds) == 1 and list(diamonds[0].get_xdata()) == [380] and list(diamonds[0].get_ydata()) == [0.4]
+
+
+def test_the_lr_sweep_reads_each_learning_rate_of_the_same_study():
+    def study_block(lr, runs, steps=60):
+        return {"lr": lr, "settings": {"lr": lr, "steps": steps, "preset": "cpu"}, "runs": runs}
+
+    def run(arm, heldout, rounds, kl):
+        return {"arm": arm, "seed": 0, "eval_horizon": 20, "curve_h20": [(s, 0, y) for s, y in heldout],
+                "steps": [{"step": i + 1, "max_rounds": h, "kl": k, "cut_by_horizon": 0.5}
+                          for i, (h, k) in enumerate(zip(rounds, kl))]}
+    studies = {
+        study.MAIN_STUDY: study_block(3e-4, {"fixed20/s0": run("fixed20", [(0, 0.06), (10, 0.12)], [20] * 3,
+                                                                [0.0, 0.01, 0.02])}),
+        "cpu-lr0.001-steps60-n4": study_block(1e-3, {
+            "fixed20/s0": run("fixed20", [(0, 0.06), (10, 0.01)], [20] * 3, [0.0, 0.5, 2.0]),
+            "stepwise/s0": run("stepwise", [(0, 0.06), (10, 0.03)], [6, 13, 13], [0.0, 0.1, 0.4]),
+            "stepwise/s1": run("stepwise", [(0, 0.09)], [6], [0.0])}),
+        "cpu-lr0.001-steps30-n4": study_block(1e-3, {"fixed20/s0": run("fixed20", [(0, 0.5)], [20], [0.0])},
+                                              steps=30),   # another budget: not part of the sweep
+    }
+    rows = study.lr_sweep_runs(studies)
+    assert [(r["lr"], r["arm"]) for r in rows] == [(3e-4, "fixed20"), (1e-3, "fixed20"), (1e-3, "stepwise")]
+    assert rows[1]["heldout"] == [(0, 0.06), (10, 0.01)] and rows[1]["kl"][-1] == (3, 2.0)
+    assert rows[2]["horizon_grows_at"] == [2] and rows[1]["horizon_grows_at"] == []
+    fig = study.plot_lr_sweep(studies, smooth_window=2)
+    kl = {line.get_label(): list(line.get_ydata()) for line in fig.axes[1].lines if not line.get_label().startswith("_")}
+    # a moving mean of 2 steps; the first step's KL is 0 and not drawn on the log scale
+    assert kl["fixed H = 20, lr 0.001"][1:] == pytest.approx([0.25, 1.25])
+    assert kl["fixed H = 20, lr 0.001"][0] != kl["fixed H = 20, lr 0.001"][0]   # NaN
+    with pytest.raises(KeyError, match="no run of fixed20 with seed 5"):
+        study.plot_lr_sweep(studies, arms=("fixed20",), seed=5)

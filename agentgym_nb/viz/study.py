@@ -6,6 +6,7 @@ horizon. Each figure has a pure function beside it that computes what it draws, 
     plot_heldout_curves(block, ARM_GROUPS["horizon schedules, GRPO"])   # success at H = 20 over steps (or tokens)
     plot_forest(block, point="steps")          # arm minus arm, paired by seed and by item
     plot_eval_horizons(block, point="steps")   # success at 0.5x, 1x and 2x the horizon each arm trained at
+    plot_lr_sweep(load_studies())              # the collapse regime: the same arms and seed at each learning rate
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import os
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .plots import ESTABLISHED_COLORS, established, finish, seeds_label, t_interval
+from .plots import ESTABLISHED_COLORS, established, finish, seeds_label, smooth, t_interval
 
 RESULT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench",
                       "results", "horizon.json")
@@ -41,6 +42,12 @@ def load_study(key: str = MAIN_STUDY, path: str = RESULT) -> dict:
     if key not in studies:
         raise KeyError(f"no study {key!r} in {path}; it has {sorted(studies)}")
     return studies[key]
+
+
+def load_studies(path: str = RESULT) -> dict[str, dict]:
+    """Every study block of the report: the main study and the learning-rate sweep's, by key."""
+    load_study(MAIN_STUDY, path)   # the same errors as for the main study when the report is missing
+    return json.load(open(path))["studies"]
 
 
 def seeds_of(block: dict, arm: str) -> list[int]:
@@ -184,3 +191,55 @@ def plot_eval_horizons(block: dict, point: str = "steps", *, ax=None, path: str 
 
 def _eval_horizon(block: dict) -> int:
     return next(iter(block["runs"].values()))["eval_horizon"]
+
+
+def lr_sweep_runs(studies: dict[str, dict], arms: tuple[str, ...] = ("fixed20", "stepwise"),
+                  seed: int = 0) -> list[dict]:
+    """The collapse regime: each run of `arms` and `seed` in the study blocks that share the main study's settings
+    but its learning rate, in order of learning rate then arm: {lr, arm, heldout: [(step, success at H = 20)],
+    kl: [(step, KL)], cut: [(step, share of episodes cut by the horizon)], horizon_grows_at: [step], eval_horizon}."""
+    main = {k: v for k, v in studies[MAIN_STUDY]["settings"].items() if k != "lr"}
+    rows = []
+    for block in sorted(studies.values(), key=lambda b: b["lr"]):
+        if {k: v for k, v in block["settings"].items() if k != "lr"} != main:
+            continue
+        for arm in arms:
+            run = block["runs"].get(f"{arm}/s{seed}")
+            if run:
+                rows.append({"lr": block["lr"], "arm": arm, "eval_horizon": run["eval_horizon"],
+                             "heldout": [(c[0], c[2]) for c in run["curve_h20"]],
+                             "kl": [(m["step"], m["kl"]) for m in run["steps"]],
+                             "cut": [(m["step"], m["cut_by_horizon"]) for m in run["steps"]],
+                             "horizon_grows_at": [m["step"] for prev, m in zip(run["steps"], run["steps"][1:])
+                                                  if m["max_rounds"] > prev["max_rounds"]]})
+    return rows
+
+
+def plot_lr_sweep(studies: dict[str, dict], arms: tuple[str, ...] = ("fixed20", "stepwise"), seed: int = 0, *,
+                  smooth_window: int = 5, path: str | None = None):
+    """Held-out success at H = 20 (left) and the KL to the reference per training step (right, a moving mean over
+    `smooth_window` steps, log scale) of the same arms and seed at each learning rate: colour is the arm, the line
+    style the learning rate. Thin vertical lines mark the steps where a run's horizon grew."""
+    rows = lr_sweep_runs(studies, arms, seed)
+    if not rows:
+        raise KeyError(f"no run of {', '.join(arms)} with seed {seed} in the report's studies ({sorted(studies)})")
+    lrs = sorted({r["lr"] for r in rows})
+    styles = dict(zip(lrs, ["-", "--", ":", "-."] * len(lrs)))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 4.4), constrained_layout=True)
+    for r in rows:
+        label = f"{ARM_LABELS.get(r['arm'], r['arm'])}, lr {r['lr']:g}"
+        style = dict(color=ARM_COLORS.get(r["arm"]), ls=styles[r["lr"]], label=label)
+        left.plot(*zip(*r["heldout"]), marker="o", ms=3, **style)
+        steps, kl = zip(*r["kl"])
+        kl = smooth(kl, smooth_window)
+        right.plot(steps, np.where(kl > 0, kl, np.nan), **style)   # log scale: the first steps' KL is 0
+        for step in r["horizon_grows_at"]:
+            right.axvline(step, color=style["color"], ls=style["ls"], lw=0.8, alpha=0.5)
+    left.set_xlabel("training step")
+    left.set_ylabel(f"held-out success at H = {rows[0]['eval_horizon']}")
+    right.set_xlabel("training step")
+    right.set_ylabel(f"KL to the reference (moving mean of {smooth_window} steps)")
+    right.set_yscale("log")
+    finish(left, title=f"held-out success, seed {seed}")
+    return finish(right, title=f"KL per training step, seed {seed}", path=path)
+
