@@ -31,7 +31,10 @@ KEY_FIGURES = {
     "06_ablations": [("ablations-babyai-{preset}/figures/horizon_study_curves.png", "horizon_study_curves.png",
                       "notebook 06: the horizon study's held-out curves, 95% bands over seeds"),
                      ("ablations-babyai-{preset}/figures/horizon_study_forest_steps.png",
-                      "horizon_study_forest_steps.png", "notebook 06: the horizon study's paired differences")],
+                      "horizon_study_forest_steps.png", "notebook 06: the horizon study's paired differences"),
+                     ("ablations-babyai-{preset}/figures/horizon_study_lr_sweep.png", "horizon_study_lr_sweep.png",
+                      "notebook 06: the collapse regime, held-out success and KL of fixed 20 and stepwise at each "
+                      "learning rate")],
     "07_pass_at_k": [("pass-at-k-babyai-{preset}/figures/pass_at_k.png", "pass_at_k.png",
                       "notebook 07: pass@k and pass^k of the start and two trained policies")],
 }
