@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 
 
 def machine() -> dict:
@@ -25,6 +26,15 @@ def versions(*distributions: str) -> dict:
         except PackageNotFoundError:
             pass
     return out
+
+
+def commit() -> str:
+    """The short commit of the checkout a benchmark runs from ("unknown" outside git)."""
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=os.path.dirname(os.path.abspath(__file__)),
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def _cpuinfo(field: str) -> str:

