@@ -217,9 +217,9 @@ def lr_sweep_runs(studies: dict[str, dict], arms: tuple[str, ...] = ("fixed20", 
 
 def plot_lr_sweep(studies: dict[str, dict], arms: tuple[str, ...] = ("fixed20", "stepwise"), seed: int = 0, *,
                   smooth_window: int = 5, path: str | None = None):
-    """Held-out success at H = 20 (left) and the KL to the reference per training step (right, a moving mean over
-    `smooth_window` steps, log scale) of the same arms and seed at each learning rate: colour is the arm, the line
-    style the learning rate. Thin vertical lines mark the steps where a run's horizon grew."""
+    """Held-out success at H = 20 (left) and the KL to the reference per training step (right, a trailing mean over
+    `smooth_window` steps of the steps with KL > 0, log scale) of the same arms and seed at each learning rate: colour
+    is the arm, the line style the learning rate. Thin vertical lines mark the steps where a run's horizon grew."""
     rows = lr_sweep_runs(studies, arms, seed)
     if not rows:
         raise KeyError(f"no run of {', '.join(arms)} with seed {seed} in the report's studies ({sorted(studies)})")
@@ -230,15 +230,15 @@ def plot_lr_sweep(studies: dict[str, dict], arms: tuple[str, ...] = ("fixed20", 
         label = f"{ARM_LABELS.get(r['arm'], r['arm'])}, lr {r['lr']:g}"
         style = dict(color=ARM_COLORS.get(r["arm"]), ls=styles[r["lr"]], label=label)
         left.plot(*zip(*r["heldout"]), marker="o", ms=3, **style)
-        steps, kl = zip(*r["kl"])
-        kl = smooth(kl, smooth_window)
-        right.plot(steps, np.where(kl > 0, kl, np.nan), **style)   # log scale: the first steps' KL is 0
+        # the first step's KL is 0 (the policy is the reference): left out, or it would pull the next steps' mean down
+        steps, kl = zip(*[(step, k) for step, k in r["kl"] if k > 0])
+        right.plot(steps, smooth(kl, smooth_window), **style)
         for step in r["horizon_grows_at"]:
             right.axvline(step, color=style["color"], ls=style["ls"], lw=0.8, alpha=0.5)
     left.set_xlabel("training step")
     left.set_ylabel(f"held-out success at H = {rows[0]['eval_horizon']}")
     right.set_xlabel("training step")
-    right.set_ylabel(f"KL to the reference (moving mean of {smooth_window} steps)")
+    right.set_ylabel(f"KL to the reference (trailing mean of {smooth_window} steps)")
     right.set_yscale("log")
     finish(left, title=f"held-out success, seed {seed}")
     return finish(right, title=f"KL per training step, seed {seed}", path=path)
