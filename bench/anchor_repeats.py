@@ -38,7 +38,7 @@ def measure(env: str, track: str | None, steps: int, threads: int | None = None)
     from agentgym_nb.train.rl import Trainer
     cfg = make_config(preset="cpu", env=env, track=track, name=f"anchor-repeats-{env}-{track or 'default'}",
                       **({"threads": threads} if threads else {}))
-    trainer = Trainer(cfg, log=lambda *a: None)
+    trainer = Trainer(cfg, log=lambda *a: print(*a, flush=True))   # a missing nano is built first: minutes
     horizon = max(cfg.rounds)
     counts = {"turns": 0, "shared": 0, "later_turns": 0, "later_shared": 0, "step_credit": 0, "episodes": 0}
     sizes = []
