@@ -11,7 +11,8 @@ horizon, T = 1), as training would. Over all turns:
   * step credit: the share of turns whose GiGPO step advantage is not 0 (a shared state whose turns' discounted
     returns differ, gamma 0.95), i.e. where GiGPO gives credit that GRPO does not;
   * the mean size of a step group with more than one turn.
-Writes bench/results/anchor_repeats.json.
+Writes bench/results/anchor_repeats.json: a row per env (and track), with the date and commit it was measured at;
+the rows of envs not measured again stay.
 """
 from __future__ import annotations
 
@@ -96,7 +97,8 @@ def main() -> None:
     result = json.load(open(path)) if os.path.exists(path) else {"rows": {}}
     for env in args.envs:
         for track in (args.babyai_tracks if env == "babyai" else [None]):
-            row = measure(env, track, args.steps, args.threads)
+            row = {**measure(env, track, args.steps, args.threads), "date": time.strftime("%Y-%m-%d"),
+                   "commit": commit()}
             result["rows"][f"{env}/{row['track']}"] = row
             print(json.dumps(row), flush=True)
             result.update(date=time.strftime("%Y-%m-%d"), machine=machine(), versions=versions("torch", "vllm"),
