@@ -34,20 +34,20 @@ ARM_GROUPS = {"horizon schedules, GRPO": ["fixed6", "fixed20", "stepwise", "adap
 MAIN_STUDY = "cpu-lr0.0003-steps60-n4"
 
 
-def load_study(key: str = MAIN_STUDY, path: str = RESULT) -> dict:
-    """One study block of the horizon study's report, by its key (preset-lr-steps-samples)."""
+def load_studies(path: str = RESULT) -> dict[str, dict]:
+    """Every study block of the horizon study's report by its key (preset-lr-steps-samples): the main study and the
+    learning-rate sweep's."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} does not exist: run `python bench/horizon.py --jobs 2` (hours on 2 cores)")
-    studies = json.load(open(path))["studies"]
+    return json.load(open(path))["studies"]
+
+
+def load_study(key: str = MAIN_STUDY, path: str = RESULT) -> dict:
+    """One study block of the report, by its key."""
+    studies = load_studies(path)
     if key not in studies:
         raise KeyError(f"no study {key!r} in {path}; it has {sorted(studies)}")
     return studies[key]
-
-
-def load_studies(path: str = RESULT) -> dict[str, dict]:
-    """Every study block of the report: the main study and the learning-rate sweep's, by key."""
-    load_study(MAIN_STUDY, path)   # the same errors as for the main study when the report is missing
-    return json.load(open(path))["studies"]
 
 
 def seeds_of(block: dict, arm: str) -> list[int]:
@@ -197,7 +197,7 @@ def lr_sweep_runs(studies: dict[str, dict], arms: tuple[str, ...] = ("fixed20", 
                   seed: int = 0) -> list[dict]:
     """The collapse regime: each run of `arms` and `seed` in the study blocks that share the main study's settings
     but its learning rate, in order of learning rate then arm: {lr, arm, heldout: [(step, success at H = 20)],
-    kl: [(step, KL)], cut: [(step, share of episodes cut by the horizon)], horizon_grows_at: [step], eval_horizon}."""
+    kl: [(step, KL)], horizon_grows_at: [step], eval_horizon}."""
     main = {k: v for k, v in studies[MAIN_STUDY]["settings"].items() if k != "lr"}
     rows = []
     for block in sorted(studies.values(), key=lambda b: b["lr"]):
@@ -209,7 +209,6 @@ def lr_sweep_runs(studies: dict[str, dict], arms: tuple[str, ...] = ("fixed20", 
                 rows.append({"lr": block["lr"], "arm": arm, "eval_horizon": run["eval_horizon"],
                              "heldout": [(c[0], c[2]) for c in run["curve_h20"]],
                              "kl": [(m["step"], m["kl"]) for m in run["steps"]],
-                             "cut": [(m["step"], m["cut_by_horizon"]) for m in run["steps"]],
                              "horizon_grows_at": [m["step"] for prev, m in zip(run["steps"], run["steps"][1:])
                                                   if m["max_rounds"] > prev["max_rounds"]]})
     return rows
