@@ -12,7 +12,8 @@ horizon, T = 1), as training would. Over all turns:
     returns differ, gamma 0.95), i.e. where GiGPO gives credit that GRPO does not;
   * the mean size of a step group with more than one turn.
 Writes bench/results/anchor_repeats.json: a row per env (and track), with the date and commit it was measured at;
-the rows of envs not measured again stay.
+the rows of envs not measured again stay. The file is read again before each write, so one process per env can run
+beside another.
 """
 from __future__ import annotations
 
@@ -94,11 +95,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, help="torch threads (default: the cpu preset's); 1 beside another job")
     args = ap.parse_args()
     path = os.path.join(ROOT, "bench", "results", "anchor_repeats.json")
-    result = json.load(open(path)) if os.path.exists(path) else {"rows": {}}
     for env in args.envs:
         for track in (args.babyai_tracks if env == "babyai" else [None]):
             row = {**measure(env, track, args.steps, args.threads), "date": time.strftime("%Y-%m-%d"),
                    "commit": commit()}
+            # read just before writing: two processes (one env each, one core each) may finish in any order
+            result = json.load(open(path)) if os.path.exists(path) else {"rows": {}}
             result["rows"][f"{env}/{row['track']}"] = row
             print(json.dumps(row), flush=True)
             result.update(date=time.strftime("%Y-%m-%d"), machine=machine(), versions=versions("torch", "vllm"),

@@ -486,7 +486,11 @@ def test_page_that_never_loads_fails_the_episode_with_env_error():
         with pytest.raises(EnvStateError):
             slow.step(reply("scroll [down]"))
         assert "One Stop Market" in slow.reset(0)  # a fresh context
-        unreachable = slow.step(reply("goto [http://nowhere.invalid/]"))  # an error page is not a failure
+        closed = socket.socket()  # a port nothing listens on: refused at once, with no DNS lookup to wait for
+        closed.bind(("127.0.0.1", 0))
+        closed_port = closed.getsockname()[1]
+        closed.close()
+        unreachable = slow.step(reply(f"goto [http://127.0.0.1:{closed_port}/]"))  # an error page is not a failure
         assert unreachable.done is False and unreachable.info["fail_error"]
     finally:
         slow.close()
