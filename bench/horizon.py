@@ -214,10 +214,15 @@ def run_state(study: Study, arm: str, seed: int, recorded: dict | None = None) -
 # It keeps every finished run whole, per-item outcomes included, so the report and the scheduler go on from it on a
 # new machine, provided the start model is the same (its weights' digest is recorded with the study).
 
+def models_dir(study: Study) -> str:
+    from agentgym_nb import models
+    return models.nano_dir(study.config("fixed20", 0))
+
+
 def start_model(study: Study) -> dict | None:
     """The study's start model: its folder name and the sha256 of its weights; None if it is not built here."""
     from agentgym_nb import models
-    path = models.nano_dir(study.config("fixed20", 0))
+    path = models_dir(study)
     if not os.path.exists(os.path.join(path, "build.json")):
         return None
     return {"name": os.path.basename(path), "sha256": models.weights_digest(path)}
@@ -228,18 +233,23 @@ def study_key(study: Study) -> str:
 
 
 def recorded_runs(study: Study, path: str) -> dict:
-    """{(arm, seed): run} of the runs `path` records for this study, with per-item outcomes unpacked; none if the
-    record was made from another start model (its runs would not pair with this machine's)."""
+    """{(arm, seed): run} of the runs `path` records for this study, with per-item outcomes unpacked. A record made
+    from another start model than this machine's is an error: new runs would not pair with its runs, and the
+    report would replace them."""
     if not os.path.exists(path):
         return {}
     block = json.load(open(path)).get("studies", {}).get(study_key(study))
     if not block or "eval_item_ids" not in block:
         return {}
-    here = start_model(study)
-    if here is not None and block.get("start_model") != here:
-        print(f"{path}: its {study_key(study)} runs started from another model than {here['name']} "
-              f"({block.get('start_model')}); they are not continued", flush=True)
-        return {}
+    here, there = start_model(study), block.get("start_model") or {}
+    if here is not None and there != here:
+        raise SystemExit(
+            f"{path} records {len(block['runs'])} runs of the {study_key(study)} study, started from "
+            f"{there.get('name')} (weights sha256 {str(there.get('sha256'))[:12]}...); this machine's "
+            f"{here['name']} has other weights ({here['sha256'][:12]}...), and a nano rebuilt on another machine "
+            "or thread count differs. Runs from it would not pair with the recorded ones, and the report would "
+            f"replace them. Put the recorded weights in {models_dir(study)}, or write a study of your own with "
+            "--out <another file>.")
     ids, runs = block["eval_item_ids"], {}
     for run in block["runs"].values():
         evals = {k: {**e, "items": _unpack(e["items"], ids)} for k, e in run["evals"].items()}
@@ -265,10 +275,9 @@ def schedule(study: Study, arms: list[str], seeds: list[int], jobs: int, tokens:
     """Run every (arm, seed) to its equal-steps point, then (with `tokens`) to its equal-tokens point, `jobs` at a
     time: seed-major (an interrupted study leaves whole seeds), fixed long first (its tokens are the others' budget).
     What `recorded` (the committed report) already holds is not run again; `finished()` is called after each job."""
-    from agentgym_nb import envs, models
+    from agentgym_nb import envs
     from agentgym_nb.config import item_pool
-    first = study.config(arms[0], seeds[0])
-    models.resolve_config(first)   # build the track's nano once, before several processes need it
+    first = study.config(arms[0], seeds[0])   # its nano is built (main): several processes will need it
     if study.preset != "smoke" and any(ARMS[a]["schedule"] == "adaptive" for a in arms):
         envs.expert_turns("babyai", item_pool(first, "train"))   # cached once for every adaptive run
     pending = [job for job in planned(arms, seeds, tokens)
@@ -583,6 +592,9 @@ def main() -> None:
         train_one(study, args.one[0], int(args.one[1]), args.budget)
         return
     t0, load_before = time.time(), os.getloadavg()
+    if not args.report:   # the start model first: its weights decide whether the recorded runs go on
+        from agentgym_nb import models
+        models.resolve_config(study.config(args.arms[0], args.seeds[0]))
     recorded = recorded_runs(study, args.out)
 
     def write_report() -> dict:

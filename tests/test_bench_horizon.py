@@ -111,6 +111,14 @@ def test_horizon_study_runs_both_budgets_and_reports(tmp_path):
     reread = json.loads(out.read_text())["studies"]["smoke-lr0.0003-steps2-n4"]
     for key in ("runs", "pairs", "verdicts", "arms", "eval_item_ids", "start_model", "cost"):
         assert reread[key] == study[key], key
+    # a record made from other start weights (a nano rebuilt elsewhere) is neither continued nor replaced
+    record = json.loads(out.read_text())
+    record["studies"]["smoke-lr0.0003-steps2-n4"]["start_model"]["sha256"] = "0" * 64
+    out.write_text(json.dumps(record))
+    for extra in ([], ["--report"]):
+        refused = subprocess.run(cmd + extra, env=env, capture_output=True, text=True, timeout=900)
+        assert refused.returncode != 0 and "records 2 runs" in refused.stderr and "other weights" in refused.stderr
+        assert json.loads(out.read_text()) == record
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="no autogroup scheduling on this kernel")
