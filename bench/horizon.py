@@ -212,7 +212,8 @@ def run_state(study: Study, arm: str, seed: int, recorded: dict | None = None) -
 # ------------------------------------------------------------------------------ what survives the run folders
 # Run folders (checkpoints, rollouts) stay on the machine that trained them; bench/results/horizon.json is committed.
 # It keeps every finished run whole, per-item outcomes included, so the report and the scheduler go on from it on a
-# new machine, provided the start model is the same (its weights' digest is recorded with the study).
+# new machine, provided the start model is the same (its weights' digest is recorded with the study; other weights
+# stop the script with an error).
 
 def models_dir(study: Study) -> str:
     from agentgym_nb import models
@@ -277,7 +278,7 @@ def schedule(study: Study, arms: list[str], seeds: list[int], jobs: int, tokens:
     What `recorded` (the committed report) already holds is not run again; `finished()` is called after each job."""
     from agentgym_nb import envs
     from agentgym_nb.config import item_pool
-    first = study.config(arms[0], seeds[0])   # its nano is built (main): several processes will need it
+    first = study.config(arms[0], seeds[0])   # main() built its nano before reading the record
     if study.preset != "smoke" and any(ARMS[a]["schedule"] == "adaptive" for a in arms):
         envs.expert_turns("babyai", item_pool(first, "train"))   # cached once for every adaptive run
     pending = [job for job in planned(arms, seeds, tokens)
