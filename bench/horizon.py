@@ -233,14 +233,20 @@ def study_key(study: Study) -> str:
     return f"{study.preset}-lr{study.lr:g}-steps{study.steps}-n{study.samples_per_prompt}"
 
 
+def recorded_block(study: Study, path: str) -> dict | None:
+    """The block `path` records for this study, None if it records none."""
+    if not os.path.exists(path):
+        return None
+    block = json.load(open(path)).get("studies", {}).get(study_key(study))
+    return block if block and "eval_item_ids" in block else None
+
+
 def recorded_runs(study: Study, path: str) -> dict:
     """{(arm, seed): run} of the runs `path` records for this study, with per-item outcomes unpacked. A record made
     from another start model than this machine's is an error: new runs would not pair with its runs, and the
     report would replace them."""
-    if not os.path.exists(path):
-        return {}
-    block = json.load(open(path)).get("studies", {}).get(study_key(study))
-    if not block or "eval_item_ids" not in block:
+    block = recorded_block(study, path)
+    if block is None:
         return {}
     here, there = start_model(study), block.get("start_model") or {}
     if here is not None and there != here:
@@ -595,6 +601,12 @@ def main() -> None:
     t0, load_before = time.time(), os.getloadavg()
     if not args.report:   # the start model first: its weights decide whether the recorded runs go on
         from agentgym_nb import models
+        block = recorded_block(study, args.out)
+        if block and start_model(study) is None:   # say what the build will be checked against before it starts
+            there = block.get("start_model") or {}
+            print(f"{args.out} records {len(block['runs'])} runs started from {there.get('name')} (weights sha256 "
+                  f"{str(there.get('sha256'))[:12]}...). The start model is not built here: building it first "
+                  f"(a cpu nano takes hours); they go on only if its weights are the same.", flush=True)
         models.resolve_config(study.config(args.arms[0], args.seeds[0]))
     recorded = recorded_runs(study, args.out)
 

@@ -119,6 +119,14 @@ def test_horizon_study_runs_both_budgets_and_reports(tmp_path):
         refused = subprocess.run(cmd + extra, env=env, capture_output=True, text=True, timeout=900)
         assert refused.returncode != 0 and "records 2 runs" in refused.stderr and "other weights" in refused.stderr
         assert json.loads(out.read_text()) == record
+    # on a fresh machine the start model is built before the record is read, and said so before the build
+    os.rename(tmp_path / "models", tmp_path / "models-elsewhere")
+    fresh = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert fresh.returncode != 0 and "other weights" in fresh.stderr, fresh.stdout[-2000:] + fresh.stderr[-3000:]
+    assert "records 2 runs started from nano-babyai-smoke-" in fresh.stdout and "building it first" in fresh.stdout
+    assert (tmp_path / "models" / record["studies"]["smoke-lr0.0003-steps2-n4"]["start_model"]["name"]
+            / "build.json").exists()
+    assert json.loads(out.read_text()) == record and not (tmp_path / "runs").exists()
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="no autogroup scheduling on this kernel")
