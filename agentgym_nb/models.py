@@ -323,13 +323,17 @@ def build_nano(path: str, spec: NanoSpec, log=print) -> str:
 
     common = dict(batch_tokens=spec.bc_batch_tokens, check_every=spec.check_every, target_success=spec.target_success,
                   log=log)
+    # a killed build goes on from its last check: the folder's name is the spec's hash, so its checkpoints are this
+    # spec's; a cpu build takes hours
+    checkpoints = [os.path.join(path, f"cloning-{phase}.pt") for phase in ("constant", "decay")]
     try:
         history = behaviour_cloning(model, demos, chat, validate=lambda m: validation_success(m, spec.seed),
-                                    max_steps=spec.bc_max_steps, lr=spec.bc_lr, seed=spec.seed, **common)
+                                    max_steps=spec.bc_max_steps, lr=spec.bc_lr, seed=spec.seed,
+                                    checkpoint=checkpoints[0], **common)
         if spec.bc_decay_steps and history[-1]["val_success"] < spec.target_success:
             decay = behaviour_cloning(model, demos, chat, validate=lambda m: validation_success(m, spec.seed + 1),
                                       max_steps=spec.bc_decay_steps, lr=spec.bc_decay_lr, seed=spec.seed + 1,
-                                      lr_decay=True, **common)
+                                      lr_decay=True, checkpoint=checkpoints[1], **common)
             history += [{**h, "step": h["step"] + history[-1]["step"], "phase": "decay"} for h in decay]
     finally:
         engine.close()
@@ -338,6 +342,9 @@ def build_nano(path: str, spec: NanoSpec, log=print) -> str:
             "bc": history, "seconds": round(time.time() - t0, 1)}
     with open(os.path.join(path, "build.json"), "w") as f:
         json.dump(info, f, indent=2)
+    for checkpoint in checkpoints:
+        if os.path.exists(checkpoint):
+            os.remove(checkpoint)
     log(f"nano: built in {info['seconds']:.0f}s -> {path}")
     return path
 
@@ -359,18 +366,33 @@ def nano_items(spec: NanoSpec) -> tuple[list[int], list[int]]:
 
 def behaviour_cloning(model, demos: list[Trajectory], chat: ChatFormat, *, validate: Callable[[object], float],
                       max_steps: int, batch_tokens: int = 12288, lr: float = 2e-3, check_every: int = 100,
-                      target_success: float = 1.1, seed: int = 0, lr_decay: bool = False, log=print) -> list[dict]:
+                      target_success: float = 1.1, seed: int = 0, lr_decay: bool = False,
+                      checkpoint: str | None = None, log=print) -> list[dict]:
     """Clone `demos` (fp32); every `check_every` steps and at the last, `validate(model)` gives the success rate of
     the current weights, and cloning stops once it reaches `target_success`. The learning rate warms up over 20
     steps and stays at `lr`, or with `lr_decay` falls linearly from `lr` to 0 over `max_steps`. Returns the history
-    of checks."""
+    of checks. With `checkpoint`, the state after each check (weights, optimizer, schedule, batch sampler) is saved
+    there, and a checkpoint found at the start is continued from: an interrupted call, called again, ends with the
+    weights an uninterrupted one gives."""
     rng = random.Random(seed)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: cloning_lr_factor(s, max_steps, lr_decay))
     pad = chat.tokenizer.pad_token_id
-    history, t0, losses = [], time.time(), []
-    for step in range(1, max_steps + 1):
+    history, t0, losses, start = [], time.time(), [], 1
+    if checkpoint and os.path.exists(checkpoint):
+        state = torch.load(checkpoint, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["schedule"])
+        rng.setstate(state["sampler"])
+        history, start = state["history"], state["history"][-1]["step"] + 1
+        t0 -= history[-1]["seconds"]
+        log(f"bc: going on from step {start - 1} of {max_steps} ({checkpoint})")
+        if state["done"]:
+            model.eval()
+            return history
+    for step in range(start, max_steps + 1):
         model.train()
         batch = collate(_similar_lengths(demos, batch_tokens, rng), pad)
         logp = token_logprobs(model, batch["input_ids"], batch["attention_mask"])
@@ -389,7 +411,12 @@ def behaviour_cloning(model, demos: list[Trajectory], chat: ChatFormat, *, valid
             losses = []
             log(f"bc step {step}: loss {record['loss']:.3f}, validation success {record['val_success']:.2f} "
                 f"({record['seconds']:.0f}s)")
-            if record["val_success"] >= target_success:
+            done = record["val_success"] >= target_success or step == max_steps
+            if checkpoint:
+                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "schedule": sched.state_dict(),
+                            "sampler": rng.getstate(), "history": history, "done": done}, checkpoint + ".tmp")
+                os.replace(checkpoint + ".tmp", checkpoint)   # a kill during the write leaves the last one whole
+            if done:
                 break
     model.eval()
     return history

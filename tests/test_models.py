@@ -136,3 +136,40 @@ def test_count_params_and_weights_digest_read_the_folder(nano_dir, tmp_path):
     assert weights_digest(str(copy)) != weights_digest(nano_dir)
     with pytest.raises(ValueError, match="no .safetensors file"):
         weights_digest(str(tmp_path))
+
+
+def test_a_killed_nano_build_goes_on_from_its_last_check_to_the_same_weights(tmp_path):
+    """A cpu nano takes hours of cloning: a build killed in either phase (constant, then decaying learning rate)
+    goes on from its last check and ends with the bytes of a build that was never interrupted."""
+    from dataclasses import replace
+    spec = replace(models.nano_spec("babyai", "smoke"), bc_max_steps=12, check_every=4, bc_decay_steps=8,
+                   target_success=1.1)
+
+    class Killed(Exception):
+        pass
+
+    def kill_at(line: str, nth: int, lines: list[str]):
+        seen = []
+
+        def log(message):
+            lines.append(message)
+            seen.extend([message] if line in message else [])
+            if len(seen) == nth:
+                raise Killed(message)   # raised as the check is logged: the checkpoint of the check before stays
+        return log
+
+    whole = models.build_nano(str(tmp_path / "whole"), spec, log=lambda *a: None)
+    path, lines = str(tmp_path / "killed"), []
+    for nth in (1, 2):   # the first phase's step 8; then, gone on from step 4, the decay phase's 8th (its last)
+        with pytest.raises(Killed):
+            models.build_nano(path, spec, log=kill_at("bc step 8:", nth, lines))
+        assert not os.path.exists(os.path.join(path, "build.json"))
+    models.build_nano(path, spec, log=lines.append)
+    assert "bc: going on from step 4 of 12" in "\n".join(lines)     # the first kill lost the steps after 4
+    assert "bc: going on from step 12 of 12" in "\n".join(lines)    # the first phase, ended, is not run again
+    assert "bc: going on from step 4 of 8" in "\n".join(lines)
+    assert models.weights_digest(path) == models.weights_digest(whole)
+    build, reference = (json.load(open(os.path.join(p, "build.json"))) for p in (path, whole))
+    assert [(h["step"], h["loss"]) for h in build["bc"]] == [(h["step"], h["loss"]) for h in reference["bc"]]
+    assert len(build["bc"]) == 5 and build["bc"][-1]["phase"] == "decay"
+    assert not [f for f in os.listdir(path) if f.startswith("cloning-")]   # a finished build keeps no checkpoints
