@@ -73,14 +73,14 @@ def test_the_cut_episode_arms_are_fixed_long_with_one_option_each_at_equal_steps
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)   # a hang guard: 5.5 min alone, three times that beside two builds
 def test_horizon_study_runs_both_budgets_and_reports(tmp_path):
     out = tmp_path / "horizon.json"
     env = {**os.environ, "AGENTGYM_NB_OUTPUTS": str(tmp_path), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, os.path.join(ROOT, "bench", "horizon.py"), "--preset", "smoke", "--steps", "2",
            "--eval-every", "1", "--eval-items", "4", "--max-steps", "6", "--seeds", "0", "--arms", "fixed20",
            "stepwise", "--out", str(out)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     study = json.loads(out.read_text())["studies"]["smoke-lr0.0003-steps2-n4"]
     fixed, stepwise = study["runs"]["fixed20/s0"], study["runs"]["stepwise/s0"]
@@ -105,7 +105,7 @@ def test_horizon_study_runs_both_budgets_and_reports(tmp_path):
     assert study["cost"]["runs"] == 2
     # the committed report alone (run folders gone, as on a new machine) gives the same report and needs no run
     os.rename(tmp_path / "runs", tmp_path / "runs-elsewhere")
-    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
     assert "core 0:" not in again.stdout   # nothing was scheduled
     reread = json.loads(out.read_text())["studies"]["smoke-lr0.0003-steps2-n4"]
@@ -116,12 +116,12 @@ def test_horizon_study_runs_both_budgets_and_reports(tmp_path):
     record["studies"]["smoke-lr0.0003-steps2-n4"]["start_model"]["sha256"] = "0" * 64
     out.write_text(json.dumps(record))
     for extra in ([], ["--report"]):
-        refused = subprocess.run(cmd + extra, env=env, capture_output=True, text=True, timeout=900)
+        refused = subprocess.run(cmd + extra, env=env, capture_output=True, text=True, timeout=1200)
         assert refused.returncode != 0 and "records 2 runs" in refused.stderr and "other weights" in refused.stderr
         assert json.loads(out.read_text()) == record
     # on a fresh machine the start model is built before the record is read, and said so before the build
     os.rename(tmp_path / "models", tmp_path / "models-elsewhere")
-    fresh = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    fresh = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
     assert fresh.returncode != 0 and "other weights" in fresh.stderr, fresh.stdout[-2000:] + fresh.stderr[-3000:]
     assert "records 2 runs started from nano-babyai-smoke-" in fresh.stdout and "building it first" in fresh.stdout
     assert (tmp_path / "models" / record["studies"]["smoke-lr0.0003-steps2-n4"]["start_model"]["name"]
