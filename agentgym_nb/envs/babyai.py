@@ -449,7 +449,8 @@ class Bot(BabyAIBot):
 
     def __init__(self, world, knows_room: bool = True):
         self.knows_room = knows_room
-        self.reserved_doors = {id(door) for instr in _open_instrs(world.instrs) for door in instr.desc.obj_set}
+        # the doors themselves, not their id()s: a deep copy of (world, bot) then holds the copied world's doors
+        self.reserved_doors = [door for instr in _open_instrs(world.instrs) for door in instr.desc.obj_set]
         super().__init__(world)
 
     def _process_obs(self):
@@ -539,7 +540,7 @@ class Bot(BabyAIBot):
             raise BotStuck(f"more than {self.searches_per_decision} searches for one decision")
         if accept_fn.__name__ in ("unopened_unlocked_door", "unopened_door"):  # ExploreSubgoal picking a door
             def preferred(pos, cell):
-                return (accept_fn(pos, cell) and id(cell) not in self.reserved_doors
+                return (accept_fn(pos, cell) and not _among(cell, self.reserved_doors)
                         and (not cell.is_locked or self._knows_key(cell.color)))
             found = super()._shortest_path(preferred, try_with_blockers)
             if found[1] is not None:
@@ -568,6 +569,12 @@ def make_bot(world, knows_room: bool = True) -> Bot:
 
 def reply(thought: str, action: str) -> str:
     return f"Thought:\nI need to {thought}.\n\nAction:\n{action}"
+
+
+def _among(obj, objects) -> bool:
+    """`obj` is one of `objects` (by identity). Not by id(): a freed object's id is handed to the next one made, so a
+    replaced subgoal could pass for the one it replaced, more or less often as the process's memory happens to be."""
+    return any(obj is o for o in objects)
 
 
 def _cell(vec) -> tuple[int, int]:
@@ -649,12 +656,12 @@ def _preview(world, bot, suggestion: int, limit: int = 48) -> list:
             break
         _, _, terminated, _, _ = world.step(suggestion)
         states.append((_cell(world.agent_pos), world.agent_dir))
-        kept = {id(g) for g in bot.stack if not g.is_exploratory()}
+        kept = [g for g in bot.stack if not g.is_exploratory()]
         try:
             suggestion = bot.replan(suggestion)
         except BOT_FAILURES:
             break
-        if terminated or not kept <= {id(g) for g in bot.stack}:
+        if terminated or not all(_among(g, bot.stack) for g in kept):
             break
     return states
 
@@ -680,7 +687,7 @@ def _shortcut(env, bot, suggestion: int, failed: set):
     return best
 
 
-def _choose(env: BabyAI, bot, suggestion: int, mission_doors: set[int], failed: set) -> tuple[str, str] | None:
+def _choose(env: BabyAI, bot, suggestion: int, mission_doors: list, failed: set) -> tuple[str, str] | None:
     """(thought, action) for the bot's current intent; None when the bot's primitive has no name right now."""
     world, view, stack = env.world, env._view, bot.stack
     top, below = (stack[-1] if stack else None), (stack[-2] if len(stack) > 1 else None)
@@ -697,7 +704,7 @@ def _choose(env: BabyAI, bot, suggestion: int, mission_doors: set[int], failed: 
                 if name.startswith("pickup ") and isinstance(below, PickupSubgoal) and usable(name):
                     return f"pick up the {_named(obj)}", name
                 if (name.startswith("toggle and go through ") and isinstance(below, OpenSubgoal)
-                        and id(obj) not in mission_doors and usable(name)):
+                        and not _among(obj, mission_doors) and usable(name)):
                     return f"open the {_named(obj)} and go through it", name
             for name in names:
                 if name.startswith("go to ") and usable(name):
@@ -706,7 +713,7 @@ def _choose(env: BabyAI, bot, suggestion: int, mission_doors: set[int], failed: 
     if isinstance(top, OpenSubgoal) and suggestion == TOGGLE:
         door = world.grid.get(*front)
         for name in view.targets.get(front, []):
-            if name.startswith("toggle and go through ") and id(door) not in mission_doors and usable(name):
+            if name.startswith("toggle and go through ") and not _among(door, mission_doors) and usable(name):
                 return f"open the {_named(door)} and go through it", name
     if suggestion == PICKUP:
         names = [n for n in view.targets.get(front, []) if n.startswith("pickup ") and view.actions[n] == [PICKUP]]
