@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import heapq
 import importlib.util
 import json
 import os
@@ -20,7 +21,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 from huggingface_hub import snapshot_download
-from tokenizers import Regex, Tokenizer, decoders, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, pre_tokenizers
 from tokenizers.models import BPE
 
 from . import envs
@@ -238,19 +239,82 @@ def train_tokenizer(texts: list[str], vocab: int, out_dir: str, content_words: l
         pattern = r"\d+|[^\w\s]|\n+" + (rf"| ?\b(?:{words})\b" if words else "")
     else:
         raise ValueError(f"tokenizer style {style!r}: use 'phrases' or 'words'")
-    tok = Tokenizer(BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
+    splitter = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    word_counts: dict[str, int] = {}
+    for text in texts:
+        for piece, _ in splitter.pre_tokenize_str(text):
+            word_counts[piece] = word_counts.get(piece, 0) + 1
+    alphabet = sorted(set(pre_tokenizers.ByteLevel.alphabet()) | {c for w in word_counts for c in w})
+    merges = bpe_merges(word_counts, vocab - len(SPECIALS) - len(alphabet))
+    symbols = dict.fromkeys([*SPECIALS, *alphabet, *(a + b for a, b in merges)])
+    tok = Tokenizer(BPE(vocab={s: i for i, s in enumerate(symbols)}, merges=merges))
+    tok.pre_tokenizer = splitter
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=SPECIALS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(texts, trainer)
+    tok.add_special_tokens(SPECIALS)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                    bos_token=None, unk_token=None, additional_special_tokens=["<|im_start|>"])
     fast.chat_template = CHATML_TEMPLATE
     fast.save_pretrained(out_dir)
     return fast
+
+
+def bpe_merges(word_counts: dict[str, int], new_symbols: int) -> list[tuple[str, str]]:
+    """Byte-pair encoding's training loop. Each word starts as its characters; the merge made next is the adjacent
+    pair (a, b) with the highest count
+
+        n(a, b) = sum over words w of count(w) * (occurrences of a, b side by side in w),
+
+    ties going to the smallest pair in string order, and it joins every occurrence, left to right. Merging stops
+    once `new_symbols` new symbols exist or no pair is left. Returns the merges in order (a merge whose result
+    already exists, as "ab" + "c" after "a" + "bc", is kept but makes no new symbol).
+
+    Hugging Face's BpeTrainer breaks ties in hash-map order, which changes from one process to the next: the same
+    text gave one of two tokenizers, so a rebuilt nano had other weights and a resumed build could load a
+    checkpoint cloned with other token ids. Here the output depends on the counts alone."""
+    words = [list(w) for w in word_counts]
+    counts = list(word_counts.values())
+    pairs: dict[tuple[str, str], int] = {}
+    where: dict[tuple[str, str], set[int]] = {}
+    for i, word in enumerate(words):
+        for pair in zip(word, word[1:]):
+            pairs[pair] = pairs.get(pair, 0) + counts[i]
+            where.setdefault(pair, set()).add(i)
+    heap = [(-n, pair) for pair, n in pairs.items()]
+    heapq.heapify(heap)
+    merges, made = [], set()
+    while heap and len(made) < new_symbols:
+        n, pair = heapq.heappop(heap)
+        if pairs.get(pair) != -n:   # a stale entry: the pair's count changed and was pushed again
+            continue
+        merges.append(pair)
+        made.add(pair[0] + pair[1])
+        changed = set()
+        for i in where.pop(pair):
+            old, new = words[i], []
+            j = 0
+            while j < len(old):
+                if j + 1 < len(old) and (old[j], old[j + 1]) == pair:
+                    new.append(pair[0] + pair[1])
+                    j += 2
+                else:
+                    new.append(old[j])
+                    j += 1
+            for p in zip(old, old[1:]):
+                pairs[p] -= counts[i]
+                changed.add(p)
+            for p in zip(new, new[1:]):
+                pairs[p] = pairs.get(p, 0) + counts[i]
+                where.setdefault(p, set()).add(i)
+                changed.add(p)
+            words[i] = new
+        for p in changed:
+            if pairs[p] > 0:
+                heapq.heappush(heap, (-pairs[p], p))
+            else:
+                del pairs[p]
+    return merges
 
 
 def nano_tokenizer(spec: NanoSpec, conversations, out_dir: str):
@@ -373,15 +437,21 @@ def behaviour_cloning(model, demos: list[Trajectory], chat: ChatFormat, *, valid
     steps and stays at `lr`, or with `lr_decay` falls linearly from `lr` to 0 over `max_steps`. Returns the history
     of checks. With `checkpoint`, the state after each check (weights, optimizer, schedule, batch sampler) is saved
     there, and a checkpoint found at the start is continued from: an interrupted call, called again, ends with the
-    weights an uninterrupted one gives."""
+    weights an uninterrupted one gives. A checkpoint cloned with another tokenizer is refused."""
     rng = random.Random(seed)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: cloning_lr_factor(s, max_steps, lr_decay))
     pad = chat.tokenizer.pad_token_id
     history, t0, losses, start = [], time.time(), [], 1
+    # the BPE model (vocabulary and merges) alone: padding and truncation settings change as the tokenizer is used
+    vocabulary = hashlib.sha256(json.dumps(json.loads(chat.tokenizer.backend_tokenizer.to_str())["model"],
+                                           sort_keys=True).encode()).hexdigest()
     if checkpoint and os.path.exists(checkpoint):
         state = torch.load(checkpoint, weights_only=False)
+        if state.get("tokenizer") != vocabulary:   # its weights are indexed by another vocabulary's token ids
+            raise ValueError(f"{checkpoint} was cloned with another tokenizer (sha256 {state.get('tokenizer')}, "
+                             f"this one {vocabulary}); remove it to clone anew")
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["schedule"])
@@ -414,7 +484,8 @@ def behaviour_cloning(model, demos: list[Trajectory], chat: ChatFormat, *, valid
             done = record["val_success"] >= target_success or step == max_steps
             if checkpoint:
                 torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "schedule": sched.state_dict(),
-                            "sampler": rng.getstate(), "history": history, "done": done}, checkpoint + ".tmp")
+                            "sampler": rng.getstate(), "history": history, "done": done, "tokenizer": vocabulary},
+                           checkpoint + ".tmp")
                 os.replace(checkpoint + ".tmp", checkpoint)   # a kill during the write leaves the last one whole
             if done:
                 break

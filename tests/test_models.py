@@ -173,3 +173,22 @@ def test_a_killed_nano_build_goes_on_from_its_last_check_to_the_same_weights(tmp
     assert [(h["step"], h["loss"]) for h in build["bc"]] == [(h["step"], h["loss"]) for h in reference["bc"]]
     assert len(build["bc"]) == 5 and build["bc"][-1]["phase"] == "decay"
     assert not [f for f in os.listdir(path) if f.startswith("cloning-")]   # a finished build keeps no checkpoints
+
+
+def test_a_cloning_checkpoint_is_only_continued_with_the_tokenizer_it_was_cloned_with(nano_dir, tmp_path):
+    """Its weights are indexed by its vocabulary's token ids: loaded under another tokenizer they would clone
+    nonsense without a word of warning."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from agentgym_nb.rollout.trajectory import ChatFormat
+    chat = ChatFormat(models.load_tokenizer(nano_dir))
+    model = AutoModelForCausalLM.from_pretrained(nano_dir, dtype=torch.float32)
+    demos = models.demo_trajectories(chat, models.expert_conversations("babyai", [1, 2, 3, 4]))
+    checkpoint = str(tmp_path / "cloning.pt")
+    common = dict(validate=lambda m: 0.0, max_steps=2, check_every=1, batch_tokens=4096, log=lambda *a: None)
+    models.behaviour_cloning(model, demos, chat, checkpoint=checkpoint, **{**common, "max_steps": 1})
+    models.behaviour_cloning(model, demos, chat, checkpoint=checkpoint, **common)   # its own: goes on
+    other = ChatFormat(models.train_tokenizer(["go to the red ball", "open the door"] * 9, 300, str(tmp_path / "t")))
+    with pytest.raises(ValueError, match="cloned with another tokenizer .* remove it to clone anew"):
+        models.behaviour_cloning(model, demos, other, checkpoint=checkpoint, **common)
