@@ -52,6 +52,9 @@ def test_fsdp_step_shards_agrees_syncs_and_resumes(fsdp_out):
     metrics = [json.loads(x) for x in open(fsdp_out / "runs" / "fsdp" / "metrics.jsonl")]
     assert len(metrics) == 1 and metrics[0]["step"] == 1               # written once, by the main process
     assert metrics[0]["episodes"] == 6                                  # 4 + 2: counts add up over processes
+    # every process's engine sampled from the checkpoint's weights (transformers leaves zeros on process 1 for the
+    # broadcast): the trainer's log-probs of the sampled tokens are the engine's
+    assert metrics[0]["mismatch_max_abs"] < 1e-4
 
 
 @pytest.mark.timeout(1200)

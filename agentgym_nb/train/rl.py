@@ -108,6 +108,10 @@ class Trainer:
                                   seed=cfg.seed, tokenizer=self.tokenizer, kv_cache_gib=cfg.kv_cache_gib,
                                   tensor_parallel_size=cfg.rollout_tp, dtype="bfloat16" if cfg.bf16 else "float32")
         set_threads(cfg.threads)   # the engine may have changed torch's thread count
+        if self.sharding == "fsdp":
+            # under FSDP's cpu-RAM-efficient loading transformers gives every process but the first zeros, which the
+            # trainer's model gets broadcast over; an HF engine's own copy would keep them and sample from them
+            self.sync_engine()
         self.schedule = round_schedule(cfg)
         self.step = 0
         self.history: list[dict] = []
