@@ -36,7 +36,7 @@ def test_ties_go_to_the_smallest_pair_whatever_the_order_of_the_words(tmp_path):
 @pytest.mark.slow   # three processes, each importing transformers and playing BabyAI's expert
 def test_three_processes_train_the_same_tokenizer_from_the_same_text(tmp_path):
     """What a rebuilt nano and a resumed build rely on. Python's string hashing is seeded per process as well."""
-    script = ("import sys; from agentgym_nb import envs, models; "
+    script = ("import sys; from agentgym_nb import models; "
               "spec = models.nano_spec('babyai', 'smoke'); items, _ = models.nano_items(spec); "
               "convs = models.expert_conversations('babyai', items[:40]); "
               "models.nano_tokenizer(spec, convs, sys.argv[1])")
