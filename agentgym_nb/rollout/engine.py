@@ -346,7 +346,10 @@ def _quiet_engine_start():
 @contextlib.contextmanager
 def _stderr_without(*harmless: str):
     """While the block runs, lines written to the process's stderr (file descriptor 2, where C++ code writes) that
-    contain one of `harmless` are dropped; every other line is passed on."""
+    contain one of `harmless` are dropped; every other line is passed on.
+
+    Processes started inside the block (vLLM's tensor-parallel workers) inherit the pipe as their stderr and may
+    outlive it: the pump keeps filtering their lines until the last of them closes it, and owns the saved stderr."""
     sys.stderr.flush()
     saved = os.dup(2)
     read, write = os.pipe()
@@ -354,10 +357,13 @@ def _stderr_without(*harmless: str):
     os.close(write)
 
     def pump():
-        with os.fdopen(read, "rb") as lines:
-            for line in lines:
-                if not any(h.encode() in line for h in harmless):
-                    os.write(saved, line)
+        try:
+            with os.fdopen(read, "rb") as lines:
+                for line in lines:
+                    if not any(h.encode() in line for h in harmless):
+                        os.write(saved, line)
+        finally:
+            os.close(saved)
 
     pumping = threading.Thread(target=pump, daemon=True)
     pumping.start()
@@ -365,9 +371,8 @@ def _stderr_without(*harmless: str):
         yield
     finally:
         sys.stderr.flush()
-        os.dup2(saved, 2)   # the pipe's last writer closes: the pump reads to its end and stops
-        pumping.join(timeout=10)
-        os.close(saved)
+        os.dup2(saved, 2)   # this process's end of the pipe closes; children that inherited it keep it open
+        pumping.join(timeout=0.2)   # this process's last lines come through before its next ones
 
 
 class VLLMEngine(Engine):
