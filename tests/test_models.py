@@ -188,7 +188,7 @@ def test_a_cloning_checkpoint_is_only_continued_with_the_tokenizer_it_was_cloned
     checkpoint = str(tmp_path / "cloning.pt")
     common = dict(validate=lambda m: 0.0, max_steps=2, check_every=1, batch_tokens=4096, log=lambda *a: None)
     models.behaviour_cloning(model, demos, chat, checkpoint=checkpoint, **{**common, "max_steps": 1})
-    models.behaviour_cloning(model, demos, chat, checkpoint=checkpoint, **common)   # its own: goes on
+    models.behaviour_cloning(model, demos, chat, checkpoint=checkpoint, **common)   # its own tokenizer: accepted
     other = ChatFormat(models.train_tokenizer(["go to the red ball", "open the door"] * 9, 300, str(tmp_path / "t")))
     with pytest.raises(ValueError, match="cloned with another tokenizer .* remove it to clone anew"):
         models.behaviour_cloning(model, demos, other, checkpoint=checkpoint, **common)
