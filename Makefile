@@ -39,7 +39,7 @@ book: install
 	$(PY) scripts/book.py --preset $(PRESET) --figures
 
 test: install
-	AGENTGYM_NB_PRESET=smoke $(PY) -m pytest tests --nbmake notebooks --nbmake-timeout=1200 -q -p no:cacheprovider
+	AGENTGYM_NB_PRESET=smoke $(PY) -m pytest tests --nbmake notebooks --nbmake-timeout=1200 -q -p no:cacheprovider --durations=25
 
 test-fast: install
 	AGENTGYM_NB_PRESET=smoke $(PY) -m pytest tests -q -p no:cacheprovider -m "not slow and not browser and not jvm and not notebook"
