@@ -24,22 +24,20 @@ def test_the_stderr_filter_drops_only_the_harmless_lines():
     assert done.stderr.splitlines() == ["a real warning", "after: a harmless notice is shown again"]
 
 
-
 def test_a_child_process_that_outlives_the_filter_keeps_its_stderr():
     """vLLM's tensor-parallel workers start inside the filter and inherit its pipe as their stderr: the block must not
     wait for them to end, and what they write later must still arrive (filtered), not break the pump."""
-    done = run("import os, subprocess, sys, time\n"
+    done = run("import os, subprocess, sys\n"
                "from agentgym_nb.rollout.engine import _stderr_without\n"
                "child = 'import os, time; time.sleep(3); os.write(2, b\"harmless notice\\\\n\"); "
                "os.write(2, b\"late worker line\\\\n\")'\n"
-               "start = time.monotonic()\n"
                "with _stderr_without('harmless notice'):\n"
                "    worker = subprocess.Popen([sys.executable, '-c', child])\n"
-               "print(f'block left after {time.monotonic() - start:.1f} s', flush=True)\n"
-               "worker.wait(); time.sleep(0.5)\n")
+               "print('worker running' if worker.poll() is None else 'worker ended', flush=True)\n"
+               "worker.wait()\n")
     assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "worker running"   # the block was left without waiting for the worker
     assert done.stderr.splitlines() == ["late worker line"], done.stderr
-    assert float(done.stdout.split()[3]) < 1.0, done.stdout   # left before the worker wrote, let alone ended
 
 
 @pytest.mark.slow
