@@ -112,7 +112,7 @@ class RunConfig:
     # is installed; or names such as ["tensorboard", "wandb", "mlflow"] (W&B offline: WANDB_MODE=offline); [] = none
     trackers: list[str] | None = None
     # machine
-    threads: int = 0                     # torch threads; 0 = all cores
+    threads: int = 0                     # torch threads; 0 = $OMP_NUM_THREADS if set, else all cores
     rollout_tp: int = 1                  # devices each vLLM engine is split over (tensor parallel); one engine per
                                          # trainer process, so > 1 only with one process (see train/rl.py)
     kv_cache_gib: float = 1.0            # vLLM's KV cache per engine

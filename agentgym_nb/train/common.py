@@ -45,8 +45,8 @@ def trim(batch: dict[str, torch.Tensor], rows: list[int]) -> dict[str, torch.Ten
 
 
 def set_threads(n: int = 0) -> int:
-    """Torch threads: n, or all cores when n == 0. Returns the number set."""
-    n = n or os.cpu_count() or 1
+    """Torch threads: n; when n == 0, $OMP_NUM_THREADS if set, else all cores. Returns the number set."""
+    n = n or int(os.environ.get("OMP_NUM_THREADS") or 0) or os.cpu_count() or 1
     torch.set_num_threads(n)
     return n
 
