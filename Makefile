@@ -38,8 +38,11 @@ lab: install
 book: install
 	$(PY) scripts/book.py --preset $(PRESET) --figures
 
+# two pytest-xdist workers, one torch thread each: the browser, JVM, network and install waits of one overlap the
+# other's CPU work, and no process oversubscribes the two cores (tests/conftest.py: how the work is split)
 test: install
-	AGENTGYM_NB_PRESET=smoke $(PY) -m pytest tests --nbmake notebooks --nbmake-timeout=1200 -q -p no:cacheprovider --durations=25
+	AGENTGYM_NB_PRESET=smoke OMP_NUM_THREADS=1 $(PY) -m pytest tests --nbmake notebooks --nbmake-timeout=1200 -q -p no:cacheprovider \
+		-n 2 --dist loadgroup --no-loadscope-reorder --durations=25
 
 test-fast: install
 	AGENTGYM_NB_PRESET=smoke $(PY) -m pytest tests -q -p no:cacheprovider -m "not slow and not browser and not jvm and not notebook"

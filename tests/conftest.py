@@ -10,11 +10,28 @@ import pytest
 os.environ.setdefault("PYTHONHASHSEED", "0")
 
 
+# The longest groups of `make test` (its --durations on 2 cores), longest first; the rest follow in file order.
+LONGEST_FIRST = ["test_models.py", "notebooks", "test_install.py", "test_miniwob.py", "test_webarena.py",
+                 "test_pretrained_rl.py", "test_bench_horizon.py", "test_notebook_envs.py", "test_bench_algorithms.py"]
+
+
 def pytest_collection_modifyitems(items):
-    """Notebooks (collected by nbmake) carry the `notebook` marker, so `-m "not notebook"` leaves them out."""
+    """Notebooks (collected by nbmake) carry the `notebook` marker, so `-m "not notebook"` leaves them out.
+
+    `make test` runs two pytest-xdist workers (`--dist loadgroup`), each handed whole groups in the order of
+    `items`. A test file is one group, so its module fixtures (a vLLM engine, a browser) start once. The notebooks
+    and test_lab.py (which runs notebook 01 in JupyterLab, into the run folder of nbmake's notebook 01) are one
+    group. The longest groups go first, so that none starts last and runs on alone."""
+    def group(item) -> str:
+        path = str(item.fspath)
+        return "notebooks" if path.endswith((".ipynb", "test_lab.py")) else os.path.basename(path)
+
     for item in items:
         if str(item.fspath).endswith(".ipynb"):
             item.add_marker(pytest.mark.notebook)
+        item.add_marker(pytest.mark.xdist_group(group(item)))
+    items.sort(key=lambda item: LONGEST_FIRST.index(group(item)) if group(item) in LONGEST_FIRST
+               else len(LONGEST_FIRST))   # a stable sort: the rest keep their order
 
 
 @pytest.fixture(scope="session")
