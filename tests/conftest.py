@@ -11,8 +11,9 @@ os.environ.setdefault("PYTHONHASHSEED", "0")
 
 
 # The longest groups of `make test` (its --durations on 2 cores), longest first; the rest follow in file order.
-LONGEST_FIRST = ["test_models.py", "notebooks", "test_install.py", "test_miniwob.py", "test_webarena.py",
-                 "test_pretrained_rl.py", "test_bench_horizon.py", "test_notebook_envs.py", "test_bench_algorithms.py"]
+LONGEST_FIRST = ["test_models.py", "test_pretrained_rl.py", "test_install.py", "notebooks", "test_webarena.py",
+                 "test_bench_horizon.py", "test_miniwob.py", "test_notebook_envs.py", "test_bench_algorithms.py",
+                 "test_vllm_launch.py"]
 
 
 def pytest_collection_modifyitems(items):
