@@ -16,6 +16,7 @@ LONGEST_FIRST = ["test_models.py", "test_pretrained_rl.py", "test_install.py", "
                  "test_vllm_launch.py"]
 
 
+@pytest.hookimpl(tryfirst=True)   # before pytest-xdist's own hook, which reads the groups into the test ids
 def pytest_collection_modifyitems(items):
     """Notebooks (collected by nbmake) carry the `notebook` marker, so `-m "not notebook"` leaves them out.
 
@@ -33,6 +34,16 @@ def pytest_collection_modifyitems(items):
         item.add_marker(pytest.mark.xdist_group(group(item)))
     items.sort(key=lambda item: LONGEST_FIRST.index(group(item)) if group(item) in LONGEST_FIRST
                else len(LONGEST_FIRST))   # a stable sort: the rest keep their order
+
+
+def pytest_xdist_node_collection_finished(node, ids):
+    """A worker's test ids lack their group (`<id>@<group>`) when pytest drops it (pytest 9.2 with pytest-xdist 3.8):
+    a file's tests, and the notebooks, would be spread over both workers. Stop with the reason instead."""
+    ungrouped = [nodeid for nodeid in ids if "@" not in nodeid]
+    if node.config.getoption("dist") == "loadgroup" and ungrouped:
+        pytest.exit(f"pytest-xdist's loadgroup did not group {len(ungrouped)} tests (e.g. {ungrouped[0]}): pytest 9.2 "
+                    "drops the group from the test ids (pytest-dev/pytest-xdist#1386); install pytest<9.2 as "
+                    "constraints.txt says", returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 @pytest.fixture(scope="session")
