@@ -36,6 +36,7 @@ def pytest_collection_modifyitems(items):
                else len(LONGEST_FIRST))   # a stable sort: the rest keep their order
 
 
+@pytest.hookimpl(optionalhook=True)   # a hook of pytest-xdist: without it installed, unused
 def pytest_xdist_node_collection_finished(node, ids):
     """A worker's test ids lack their group (`<id>@<group>`) when pytest drops it (pytest 9.2 with pytest-xdist 3.8):
     a file's tests, and the notebooks, would be spread over both workers. Stop with the reason instead."""
