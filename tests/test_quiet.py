@@ -26,18 +26,19 @@ def test_the_stderr_filter_drops_only_the_harmless_lines():
 
 def test_a_child_process_that_outlives_the_filter_keeps_its_stderr():
     """vLLM's tensor-parallel workers start inside the filter and inherit its pipe as their stderr: the block must not
-    wait for them to end, and what they write later must still arrive (filtered), not break the pump."""
+    wait for them to end, and what they write later must still arrive (filtered), not break the pump. A burst of
+    lines just before the child ends, and the parent's exit right after, must not cut them off."""
     done = run("import os, subprocess, sys\n"
                "from agentgym_nb.rollout.engine import _stderr_without\n"
                "child = 'import os, time; time.sleep(3); os.write(2, b\"harmless notice\\\\n\"); "
-               "os.write(2, b\"late worker line\\\\n\")'\n"
+               "[os.write(2, b\"late worker line %d\\\\n\" % i) for i in range(20000)]'\n"
                "with _stderr_without('harmless notice'):\n"
                "    worker = subprocess.Popen([sys.executable, '-c', child])\n"
                "print('worker running' if worker.poll() is None else 'worker ended', flush=True)\n"
                "worker.wait()\n")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "worker running"   # the block was left without waiting for the worker
-    assert done.stderr.splitlines() == ["late worker line"], done.stderr
+    assert done.stderr.splitlines() == [f"late worker line {i}" for i in range(20000)], done.stderr[-3000:]
 
 
 @pytest.mark.slow

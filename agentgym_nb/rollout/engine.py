@@ -7,6 +7,7 @@ distribution it was drawn from: `log_softmax(filter_top_k_top_p(logits / tempera
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import logging
@@ -365,8 +366,10 @@ def _stderr_without(*harmless: str):
         finally:
             os.close(saved)
 
-    pumping = threading.Thread(target=pump, daemon=True)
+    pumping = threading.Thread(target=pump, daemon=True)   # a child that outlives this process must not hang its exit
     pumping.start()
+    # ...but what children wrote before they ended must not be cut off at exit, when daemon threads stop mid-pipe
+    atexit.register(pumping.join, timeout=2.0)
     try:
         yield
     finally:
