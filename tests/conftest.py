@@ -24,16 +24,15 @@ def pytest_collection_modifyitems(items):
     `items`. A test file is one group, so its module fixtures (a vLLM engine, a browser) start once. The notebooks
     and test_lab.py (which runs notebook 01 in JupyterLab, into the run folder of nbmake's notebook 01) are one
     group. The longest groups go first, so that none starts last and runs on alone."""
-    def group(item) -> str:
-        path = str(item.fspath)
-        return "notebooks" if path.endswith((".ipynb", "test_lab.py")) else os.path.basename(path)
-
+    group = {}
     for item in items:
-        if str(item.fspath).endswith(".ipynb"):
+        path = str(item.fspath)
+        group[item] = "notebooks" if path.endswith((".ipynb", "test_lab.py")) else os.path.basename(path)
+        if path.endswith(".ipynb"):
             item.add_marker(pytest.mark.notebook)
-        item.add_marker(pytest.mark.xdist_group(group(item)))
-    items.sort(key=lambda item: LONGEST_FIRST.index(group(item)) if group(item) in LONGEST_FIRST
-               else len(LONGEST_FIRST))   # a stable sort: the rest keep their order
+        item.add_marker(pytest.mark.xdist_group(group[item]))
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(group[item], len(LONGEST_FIRST)))   # stable: the rest keep their order
 
 
 @pytest.hookimpl(optionalhook=True)   # a hook of pytest-xdist: without it installed, unused
