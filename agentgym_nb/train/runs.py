@@ -75,11 +75,10 @@ def named(cfg: RunConfig, label: str) -> RunConfig:
 
 
 def run_config(schedule: str, rounds: list[int], *, algorithm: str, seed: int, steps: int, preset: str | None = None,
-               env: str = "babyai", model: str | None = None, engine: str | None = None, threads: int | None = None,
+               env: str = "babyai", model: str | None = None, engine: str | None = None, threads: int = 0,
                **kw) -> RunConfig:
     """The named config of one training run: the preset's settings for `env`, this horizon schedule, estimator,
-    seed and budget, and any other RunConfig field in `kw`. `threads` None: $OMP_NUM_THREADS, else all cores."""
-    threads = threads if threads is not None else int(os.environ.get("OMP_NUM_THREADS", 0))
+    seed and budget, and any other RunConfig field in `kw`. `threads` 0: $OMP_NUM_THREADS if set, else all cores."""
     cfg = make_config(preset=preset, env=env, model=model, engine=engine, algorithm=algorithm, seed=seed, steps=steps,
                       threads=threads, **{**kw, **horizon(schedule, rounds, steps)})
     return named(cfg, schedule_label(schedule, rounds))
