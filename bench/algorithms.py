@@ -1,10 +1,13 @@
-"""GRPO, REINFORCE++, RLOO and PPO/GAE with identical seeds and budgets: learning curves and final held-out success.
+"""GRPO, REINFORCE++, RLOO, PPO/GAE and GiGPO with identical seeds and budgets: learning curves and final held-out
+success.
 
     .venv/bin/python bench/algorithms.py [--env babyai] [--seeds 0 1 2] [--schedule stepwise] [--jobs 2]
                                          [--preset smoke --out <file>]   (a test of the script itself)
+    .venv/bin/python bench/algorithms.py --estimators grpo grpo-cut-baseline grpo-cut-discount \
+                                         --out bench/results/algorithms_cut.json   # episodes cut by the horizon
 
 Every run is the cpu preset (BabyAI, the nano model, 40 steps of 8 tasks x 8 episodes, horizon 2 -> 4 -> 6, vLLM)
-with only the estimator and the seed changed; seed s gives every estimator the same task order and sampling seeds.
+with only the estimator (or GRPO's treatment of horizon-cut episodes, TREATMENTS) and the seed changed; seed s gives every estimator the same task order and sampling seeds.
 Each run is held-out-evaluated before and after training (100 tasks at horizon 6, T = 1). Runs are the named runs of
 `agentgym_nb.train.runs`, the same folders notebook 06 uses for its grid at 40 steps (`-p steps 40`), so each trains
 once: this script reads back finished runs and resumes interrupted ones. Each run trains in its own process (a crash
@@ -31,16 +34,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from agentgym_nb.algos.advantages import ESTIMATORS  # noqa: E402
 
+# GRPO with one treatment of the episodes cut by the horizon (RunConfig.cut_out_of_baseline, cut_turn_discount; 64-98%
+# of the cpu preset's training episodes per step), each paired with GRPO. On request only. The discount was fixed
+# before any run: the last turn at the preset's longest horizon (6) keeps 0.7^5 = 17% of its advantage, about what
+# turn 20 keeps in the long track's arm (0.9^19 = 14%, bench/horizon.py).
+TREATMENTS = {"grpo-cut-baseline": ("grpo", {"cut_out_of_baseline": True}),
+              "grpo-cut-discount": ("grpo", {"cut_turn_discount": 0.7})}
+ARMS = {**{e: (e, {}) for e in ESTIMATORS}, **TREATMENTS}   # arm -> (estimator, RunConfig settings it changes)
 CURVE_KEYS = ("step", "max_rounds", "success", "reward", "turns", "cut_by_horizon", "zero_adv_groups", "kl",
               "entropy", "clip_frac", "grad_norm", "value_loss", "explained_variance", "step_seconds")
 
 
-def config(env: str, schedule: str, estimator: str, seed: int, preset: str = "cpu"):
+def config(env: str, schedule: str, arm: str, seed: int, preset: str = "cpu"):
     from agentgym_nb.config import make_config
     from agentgym_nb.train.runs import run_config
     base = make_config(preset=preset, env=env)
     rounds = base.rounds[-1:] if schedule == "fixed" else base.rounds
-    return run_config(schedule, rounds, preset=preset, env=env, algorithm=estimator, seed=seed, steps=base.steps)
+    estimator, settings = ARMS[arm]
+    return run_config(schedule, rounds, preset=preset, env=env, algorithm=estimator, seed=seed, steps=base.steps,
+                      **settings)
 
 
 def per_task_success(run_dir: str, tag: str) -> dict[int, float]:
@@ -77,11 +89,13 @@ def main() -> None:
     ap.add_argument("--env", default="babyai")
     ap.add_argument("--schedule", default="stepwise", choices=("stepwise", "fixed"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--estimators", nargs="+", default=list(ESTIMATORS), choices=list(ESTIMATORS))
+    ap.add_argument("--estimators", nargs="+", default=list(ESTIMATORS), choices=list(ARMS),
+                    help=f"default: every estimator; GRPO's treatments of horizon-cut episodes ({', '.join(TREATMENTS)}) "
+                         "on request")
     ap.add_argument("--jobs", type=int, default=1, help="runs trained at once (each on one core when > 1)")
     ap.add_argument("--preset", default="cpu", choices=("cpu", "smoke"), help="smoke: a test of this script")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "algorithms.json"))
-    ap.add_argument("--one", nargs=2, metavar=("ESTIMATOR", "SEED"), help=argparse.SUPPRESS)   # a child process
+    ap.add_argument("--one", nargs=2, metavar=("ARM", "SEED"), help=argparse.SUPPRESS)   # a child process
     args = ap.parse_args()
     from agentgym_nb.train.runs import finished, train_or_load
     if args.one:
@@ -126,7 +140,7 @@ def main() -> None:
         mine = {s: runs[e, s] for s in args.seeds}
         finals = [r["final"]["success"] for r in mine.values()]
         mean, lo, hi = t_interval(finals, bounds=(0, 1))
-        row = {"final_success_mean": mean, "final_success_ci95_seeds": [lo, hi],
+        row = {"estimator": ARMS[e][0], "settings_changed": ARMS[e][1], "final_success_mean": mean, "final_success_ci95_seeds": [lo, hi],
                "start_success_mean": float(np.mean([r["start"]["success"] for r in mine.values()])),
                "auc_mean": float(np.mean([np.mean([m["success"] for m in r["history"]]) for r in mine.values()])),
                "runs": {str(s): {"run": r["name"], "success_start": r["start"]["success"],

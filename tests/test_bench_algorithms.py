@@ -40,3 +40,20 @@ def test_estimator_study_records_per_task_outcomes_that_reproduce_its_pairs(tmp_
     assert diff["pairs"] == len(by_task) == 8
     assert diff["ci95_bootstrap_tasks"][0] <= np.mean(by_task) <= diff["ci95_bootstrap_tasks"][1]
     assert "minus_grpo" not in grpo and "paper_agreement" not in report   # REINFORCE++ did not run
+
+
+def test_a_treatment_of_cut_episodes_is_a_grpo_run_of_its_own_with_its_setting(monkeypatch, tmp_path):
+    monkeypatch.setenv("AGENTGYM_NB_OUTPUTS", str(tmp_path))
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "bench"))
+    import algorithms
+    grpo = algorithms.config("babyai", "stepwise", "grpo", 0, "smoke")
+    cut = algorithms.config("babyai", "stepwise", "grpo-cut-baseline", 0, "smoke")
+    discount = algorithms.config("babyai", "stepwise", "grpo-cut-discount", 0, "smoke")
+    assert grpo.algorithm == cut.algorithm == discount.algorithm == "grpo"
+    assert (grpo.cut_out_of_baseline, grpo.cut_turn_discount) == (False, 1.0)
+    assert (cut.cut_out_of_baseline, cut.cut_turn_discount) == (True, 1.0)
+    assert (discount.cut_out_of_baseline, discount.cut_turn_discount) == (False, 0.7)
+    assert len({grpo.name, cut.name, discount.name}) == 3   # three run folders, none read back for another
+    # everything else, seeds included, is GRPO's: the pairs differ in the treatment only
+    assert {k: v for k, v in vars(cut).items() if k not in ("name", "cut_out_of_baseline")} == \
+           {k: v for k, v in vars(grpo).items() if k not in ("name", "cut_out_of_baseline")}
