@@ -1,6 +1,7 @@
 """Generation engines against transformers on a tiny Qwen2 model built here (no hub)."""
 import importlib.util
 import math
+import os
 import random
 
 import pytest
@@ -287,3 +288,26 @@ def test_a_lazy_engine_starts_on_first_use_and_samples_as_the_engine_it_wraps(na
     assert got[0].token_ids == want[0].token_ids and got[0].logprobs == pytest.approx(want[0].logprobs)
     lazy.close()
     assert lazy.engine is None
+
+
+@needs_vllm
+def test_a_closed_vllm_engine_lets_its_synced_model_go(tiny_model_dir):
+    """vLLM's reload records would keep the layers of a synced model alive after its engine closed: a notebook that
+    trains several runs in one kernel would hold every earlier run's model. In a process of its own, since closing
+    an engine breaks any other vLLM engine still open in the process (this module's)."""
+    import subprocess
+    import sys
+    code = ("import gc, weakref, torch\n"
+            "from transformers import AutoModelForCausalLM\n"
+            "from agentgym_nb.rollout.engine import VLLMEngine\n"
+            f"engine = VLLMEngine({tiny_model_dir!r}, max_model_len=256, max_num_seqs=4, kv_cache_gib=0.1)\n"
+            "[layers] = engine.llm.apply_model(lambda model: [weakref.ref(m) for m in model.modules()])\n"
+            f"engine.load_weights(AutoModelForCausalLM.from_pretrained({tiny_model_dir!r}).state_dict().items())\n"
+            "engine.close()\n"
+            "gc.collect()\n"
+            "print(sum(ref() is not None for ref in layers), 'of', len(layers))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    alive, _, total = done.stdout.split()
+    assert int(total) > 10 and int(alive) == 0, f"{alive} of {total} layers of the closed engine's model are alive"
