@@ -81,8 +81,11 @@ class RunConfig:
     # Episodes cut by the horizon (neither done nor out of tokens) scored 0 without failing: with cut_out_of_baseline
     # a group baseline (grpo, rloo, gigpo) is made of the group's other episodes only, so a cut does not lower the
     # bar the finished ones are measured against; cut episodes are still trained on, against that baseline, where
-    # their group has a finished episode. cut_turn_discount d < 1 scales turn k's advantage of a cut episode by
-    # d^(k-1): its last turns, which the horizon stopped, carry less of the blame than the turns that spent it.
+    # their group has a finished episode. Where most finished episodes are successes (BabyAI), the baseline is then
+    # the successes' own mean: a lone success gets 0 and every cut episode of its group a negative advantage, so
+    # such a group only pushes down (docs/results.md measures what that does). cut_turn_discount d < 1 scales turn
+    # k's advantage of a cut episode by d^(k-1): its last turns, which the horizon stopped, carry less of the blame
+    # than the turns that spent it.
     cut_out_of_baseline: bool = False
     cut_turn_discount: float = 1.0
     critic_lr: float = 1e-5              # GAE's critic (verl's and AgentGym-RL's critic.optim.lr)
