@@ -17,7 +17,7 @@ from agentgym_nb.envs import EnvError, EnvStateError, connect, item_ids, make
 from agentgym_nb.envs.base import MAX_ACTION_CHARS
 from agentgym_nb.envs.http import make_app
 from agentgym_nb.envs.sciworld import (EXCLUDED, INSTRUCTION, JVMS, NO_MATCH, NUM_GAMES, TASKS, SciWorld, SciWorldHTTP,
-                                       game, item_id_of, item_lists)
+                                       game, item_id_of, item_lists, unordered_lines)
 from conftest import loopback_server
 
 # a JVM starts on a busy 2-core machine; a hang is still a failure
@@ -165,6 +165,18 @@ def test_reset_steps_score_and_failure(env):
     failed = env.step(reply("focus on baby wolf"))  # not the longest-lived animal: scienceworld fails the task
     assert (failed.reward, failed.info["step_reward"], failed.done) == (-100.0, -150, True)
     assert not env.success(failed.reward)
+
+
+def test_the_state_key_is_the_room_the_inventory_and_the_score_in_any_listing_order(env):
+    """GiGPO's anchor key: a turn that changes nothing keeps it, one that opens a door changes it, and two listings
+    of the same room in different line orders (ScienceWorld's sets) give the same key."""
+    start = env.state_key(env.reset(LIFESPAN))
+    assert start == (unordered_lines(env.sim.look()), unordered_lines(env.sim.inventory()), 0)
+    assert env.state_key(env.step(reply("look around")).observation) == start
+    opened = env.state_key(env.step(reply("open door to outside")).observation)
+    assert opened != start and opened[1:] == start[1:]   # the room's door line changed, nothing else
+    lines = env.sim.look().splitlines()
+    assert unordered_lines("\n".join(lines[:1] + lines[:0:-1])) == opened[0]   # its objects listed backwards
 
 
 def test_step_does_not_list_valid_actions(env):

@@ -265,6 +265,11 @@ NANO_RECIPE = dict(tokenizer="words", bc_max_steps=800, check_every=100, bc_deca
 CPU_EPISODES = Episodes(rounds=(8, 16, 24), max_tokens=64, max_total_tokens=4096, max_envs=4)
 
 
+def unordered_lines(text: str) -> tuple[str, ...]:
+    """The non-empty lines of `text`, stripped and sorted: equal for two listings of the same objects."""
+    return tuple(sorted(line.strip() for line in text.splitlines() if line.strip()))
+
+
 class SciWorld(Env):
     """One ScienceWorld episode at a time on the env's own JVM (taken from `JVMS` when built)."""
 
@@ -341,8 +346,10 @@ class SciWorld(Env):
 
     def state_key(self, observation: str) -> tuple:
         """What the agent's room looks like and what it holds, and the task score: two free actions of the
-        simulator (they take no move), instead of the last action's answer, which differs between equal states."""
-        return self.sim.look(), self.sim.inventory(), self.score
+        simulator (they take no move), instead of the last action's answer, which differs between equal states.
+        Their lines are sorted: ScienceWorld keeps objects in Scala sets and may list an equal room in another order
+        (the order within one line, as in "a bowl (containing ...)", is kept)."""
+        return unordered_lines(self.sim.look()), unordered_lines(self.sim.inventory()), self.score
 
     @classmethod
     def level(cls, item_id: int) -> int:
