@@ -7,7 +7,8 @@ success.
                                          --out bench/results/algorithms_cut.json   # episodes cut by the horizon
 
 Every run is the cpu preset (BabyAI, the nano model, 40 steps of 8 tasks x 8 episodes, horizon 2 -> 4 -> 6, vLLM)
-with only the estimator (or GRPO's treatment of horizon-cut episodes, TREATMENTS) and the seed changed; seed s gives every estimator the same task order and sampling seeds.
+with only the estimator (or GRPO's treatment of horizon-cut episodes, TREATMENTS) and the seed changed; seed s gives
+every estimator the same task order and sampling seeds.
 Each run is held-out-evaluated before and after training (100 tasks at horizon 6, T = 1). Runs are the named runs of
 `agentgym_nb.train.runs`, the same folders notebook 06 uses for its grid at 40 steps (`-p steps 40`), so each trains
 once: this script reads back finished runs and resumes interrupted ones. Each run trains in its own process (a crash
@@ -90,8 +91,8 @@ def main() -> None:
     ap.add_argument("--schedule", default="stepwise", choices=("stepwise", "fixed"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--estimators", nargs="+", default=list(ESTIMATORS), choices=list(ARMS),
-                    help=f"default: every estimator; GRPO's treatments of horizon-cut episodes ({', '.join(TREATMENTS)}) "
-                         "on request")
+                    help="default: every estimator; GRPO's treatments of horizon-cut episodes "
+                         f"({', '.join(TREATMENTS)}) on request")
     ap.add_argument("--jobs", type=int, default=1, help="runs trained at once (each on one core when > 1)")
     ap.add_argument("--preset", default="cpu", choices=("cpu", "smoke"), help="smoke: a test of this script")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "algorithms.json"))
@@ -140,7 +141,8 @@ def main() -> None:
         mine = {s: runs[e, s] for s in args.seeds}
         finals = [r["final"]["success"] for r in mine.values()]
         mean, lo, hi = t_interval(finals, bounds=(0, 1))
-        row = {"estimator": ARMS[e][0], "settings_changed": ARMS[e][1], "final_success_mean": mean, "final_success_ci95_seeds": [lo, hi],
+        row = {"estimator": ARMS[e][0], "settings_changed": ARMS[e][1],
+               "final_success_mean": mean, "final_success_ci95_seeds": [lo, hi],
                "start_success_mean": float(np.mean([r["start"]["success"] for r in mine.values()])),
                "auc_mean": float(np.mean([np.mean([m["success"] for m in r["history"]]) for r in mine.values()])),
                "runs": {str(s): {"run": r["name"], "success_start": r["start"]["success"],

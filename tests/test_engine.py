@@ -297,7 +297,7 @@ def test_a_closed_vllm_engine_lets_its_synced_model_go(tiny_model_dir):
     an engine breaks any other vLLM engine still open in the process (this module's)."""
     import subprocess
     import sys
-    code = ("import gc, weakref, torch\n"
+    code = ("import gc, weakref\n"
             "from transformers import AutoModelForCausalLM\n"
             "from agentgym_nb.rollout.engine import VLLMEngine\n"
             f"engine = VLLMEngine({tiny_model_dir!r}, max_model_len=256, max_num_seqs=4, kv_cache_gib=0.1)\n"
