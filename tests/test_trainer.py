@@ -44,6 +44,7 @@ def test_a_step_changes_the_weights_and_vllm_samples_from_them(tmp_path, nano_di
         assert any(o.logprobs != n.logprobs for o, n in zip(old, new)), "vLLM still samples from the old weights"
         logged = [json.loads(line) for line in open(os.path.join(trainer.cfg.run_dir, "metrics.jsonl"))]
         assert logged[0]["step"] == 1 and {"reward", "success", "kl", "max_rounds", "grad_norm"} <= set(logged[0])
+        assert logged[0]["torch_threads"] == torch.get_num_threads()   # the thread count its seconds ran on
         rollout_log = os.path.join(trainer.cfg.run_dir, "rollouts", "step_00001.jsonl")
         records = [json.loads(line) for line in open(rollout_log)]
         assert {"item_id", "conversations", "reward"} <= set(records[0])

@@ -240,6 +240,7 @@ class Trainer:
             metrics["success_in_reach"] = _mean([float(t.success) for t in usable
                                                  if reach[t.item_id] is not None and reach[t.item_id] <= rounds])
         metrics["step_seconds"] = time.perf_counter() - t0
+        metrics["torch_threads"] = torch.get_num_threads()   # the seconds above ran on these (threads=0: chosen at run)
         metrics = self._mean_over_processes(metrics)
         self.step = step
         self.history.append(metrics)
