@@ -213,18 +213,15 @@ def expert_conversations(env_name: str, item_ids: list[int],
     out = []
     try:
         for item in item_ids:
-            messages = [*env.instruction, {"role": "user", "content": env.reset(item)}]
-            step = None
             try:
-                replies = env.expert(item, hesitation=hesitation) if hesitation else env.expert(item)
-            except ValueError:   # an item the expert does not cover (MiniWoB: tasks without a solver): unsolved
+                observation, turns = env.expert_episode(item, hesitation=hesitation) if hesitation else \
+                    env.expert_episode(item)
+            except envs.NoExpert:   # an item the expert does not cover (MiniWoB: tasks without a solver): unsolved
                 continue
-            for reply in replies:
-                step = env.step(reply)
+            messages = [*env.instruction, {"role": "user", "content": observation}]
+            for reply, step in turns:
                 messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": step.observation}]
-                if step.done:
-                    break
-            if step is not None and env.success(step.reward):
+            if turns and env.success(step.reward):
                 out.append((item, messages[:-1], step.reward))   # the final observation teaches nothing
     finally:
         env.close()

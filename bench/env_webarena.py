@@ -193,7 +193,7 @@ def expert_check() -> None:
             if kind != "string_match":  # an empty answer cannot pass string_match; the start page might pass these
                 env.reset(item)
                 row["noop_reward"] = env.step(reply("stop []")).reward
-            row["actions"] = len(play(env, item))  # RuntimeError unless the plan earns reward 1
+            row["actions"] = len(play(env, item)[1])  # RuntimeError unless the plan earns reward 1
             if kind == "string_match":
                 answers = config["eval"]["reference_answers"]
                 wanted = answers.get("must_include") or [answers.get("exact_match")]

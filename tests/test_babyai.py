@@ -210,6 +210,21 @@ def test_expert_solves_every_level_but_keyinbox():
         assert len(replies) <= 64 and not any(s.done for s in steps[:-1])
 
 
+def test_expert_episode_is_the_expert_played_on_the_env():
+    """Env.expert_episode: the first observation, then each expert reply with its Step, up to done, on this env;
+    options reach expert() (a hesitating demonstrator). KeyInBox (item 65) has no replies: an episode of none."""
+    env, other = make("babyai"), make("babyai")
+    for item, hesitation in [(40, 0.0), (47, 0.4), (65, 0.0)]:
+        observation, turns = env.expert_episode(item, hesitation=hesitation)
+        assert observation == other.reset(item)
+        assert [text for text, _ in turns] == expert_replies(item, hesitation=hesitation)
+        for text, step in turns:
+            again = other.step(text)
+            assert (step.observation, step.reward, step.done) == (again.observation, again.reward, again.done)
+        solved = bool(turns) and turns[-1][1].done and env.success(turns[-1][1].reward)
+        assert solved == (GYM_IDS[item % 40] != "BabyAI-KeyInBox-v0"), item
+
+
 @pytest.mark.slow
 def test_hesitating_demonstrator_wastes_turns_yet_solves():
     """hesitation=0.4: about 40% of the demonstrator's turns are wasted (its thought says so), the bot replans from

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from agentgym_nb import envs
-from agentgym_nb.envs import EnvError, EnvStateError, make
+from agentgym_nb.envs import EnvError, EnvStateError, NoExpert, make
 from agentgym_nb.envs.http import make_app
 from agentgym_nb.envs.miniwob import EXCLUDED, EXPERT_TASKS, INSTRUCTION, TASKS, TEST_TASKS, MiniWoB, task_and_seed
 from agentgym_nb.envs.webarena.grammar import NO_BACKTICKS
@@ -168,19 +168,26 @@ EXPERT_SAMPLE = [("click-button", 1), ("click-link", 2), ("enter-text", 3), ("cl
                  ("guess-number", 3), ("choose-date-easy", 1)]
 
 
-def solved(env: MiniWoB, item_id: int) -> tuple[bool, int]:
-    replies = env.expert(item_id)
-    env.reset(item_id)
-    steps = [env.step(text) for text in replies]
+def solved(env: MiniWoB, item_id: int) -> tuple[bool, list[str]]:
+    """Whether the expert's episode played in `env` (expert_episode) ends in success, and its replies; every reply
+    is in the instruction's format and no step is done before the last."""
+    _, turns = env.expert_episode(item_id)
     assert all(re.fullmatch(r"Let's think step-by-step\. .+ In summary, the next action I will perform is ```.+```",
-                            text, re.DOTALL) for text in replies)
-    assert not any(step.done for step in steps[:-1])
-    return steps[-1].done and env.success(steps[-1].reward), len(replies)
+                            text, re.DOTALL) for text, _ in turns)
+    assert not any(step.done for _, step in turns[:-1])
+    return turns[-1][1].done and env.success(turns[-1][1].reward), [text for text, _ in turns]
 
 
-def test_expert_solves_a_sample_of_tasks(env):
+def test_expert_solves_a_sample_of_tasks_and_its_replies_replay(env):
+    """expert() plays in a private browser; its replies, replayed here, solve the task as the episode
+    expert_episode plays here does, with the same replies (ids are assigned the same way in both browsers)."""
     assert {task for task, _ in EXPERT_SAMPLE} <= set(EXPERT_TASKS) and len(EXPERT_TASKS) == 71
-    assert [task for task, seed in EXPERT_SAMPLE if not solved(env, item(task, seed))[0]] == []
+    for task, seed in EXPERT_SAMPLE:
+        success, replies = solved(env, item(task, seed))
+        assert success and env.expert(item(task, seed)) == replies, task
+        env.reset(item(task, seed))
+        steps = [env.step(text) for text in replies]
+        assert steps[-1].done and env.success(steps[-1].reward), task
 
 
 @pytest.mark.slow
@@ -191,11 +198,11 @@ def test_expert_solves_every_covered_task(env):
 
 
 def test_expert_refuses_tasks_without_a_solver(env):
-    with pytest.raises(ValueError, match="no expert for task 'click-checkboxes-soft'.*the expert solves "
-                                         "buy-ticket, choose-date"):
+    with pytest.raises(NoExpert, match="no expert for task 'click-checkboxes-soft'.*the expert solves "
+                                       "buy-ticket, choose-date"):
         env.expert(item("click-checkboxes-soft"))
-    with pytest.raises(ValueError, match="no expert for task 'tic-tac-toe'"):
-        env.expert(item("tic-tac-toe", 3))
+    with pytest.raises(NoExpert, match="no expert for task 'tic-tac-toe'"):
+        env.expert_episode(item("tic-tac-toe", 3))
 
 
 def test_a_crashed_browser_fails_the_episode_and_the_next_reset_recovers(env):

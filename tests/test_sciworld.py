@@ -214,7 +214,7 @@ def test_expert_solves_a_sample_of_test_items(env):
 
 
 def test_expert_during_an_episode_leaves_it_alone(env):
-    """models.expert_conversations asks for the expert after reset(): that runs on another JVM of the pool."""
+    """An expert asked for while an episode runs does not disturb it: it runs on another JVM of the pool."""
     env.reset(LIFESPAN)
     env.step(reply("open door to outside"))
     before = (env.sim.look(), env.moves, env.score)

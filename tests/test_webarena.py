@@ -532,7 +532,7 @@ def play_on_three_envs(items: list[int]) -> dict[int, list[str]]:
         if not hasattr(local, "env"):
             local.env = make("webarena")
             envs.append(local.env)
-        return item, play(local.env, item)
+        return item, [text for text, _ in play(local.env, item)[1]]
 
     try:
         with ThreadPoolExecutor(3) as workers:

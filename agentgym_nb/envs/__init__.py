@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from ..paths import default_outputs_dir
-from .base import Env, EnvError, EnvStateError, Episodes, InvalidAction, Levels, Step, Track
+from .base import Env, EnvError, EnvStateError, Episodes, InvalidAction, Levels, NoExpert, Step, Track
 
 # name -> "module:class" (imported on first use: some envs start a JVM or a browser) or an Env subclass
 _REGISTRY: dict[str, str | type[Env]] = {
@@ -94,13 +94,8 @@ def expert_turns(name: str, item_ids: list[int]) -> dict[int, int | None]:
         env = make(name)
         try:
             for item in todo:
-                env.reset(item)
-                step, turns = None, 0
-                for reply in env.expert(item):
-                    step, turns = env.step(reply), turns + 1
-                    if step.done:
-                        break
-                known[item] = turns if step is not None and env.success(step.reward) else None
+                _, turns = env.expert_episode(item)
+                known[item] = len(turns) if turns and env.success(turns[-1][1].reward) else None
         finally:
             env.close()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -129,5 +124,5 @@ def connect(name: str, url: str | list[str], timeout: float = 30.0) -> Env:
     return (env_class(name).http_client or HTTPEnv)(name, url, timeout=timeout)
 
 
-__all__ = ["ENV_NAMES", "Env", "EnvError", "EnvStateError", "Episodes", "InvalidAction", "Levels", "Step", "Track",
-           "connect", "env_class", "expert_turns", "item_ids", "make", "register", "select_levels", "serve"]
+__all__ = ["ENV_NAMES", "Env", "EnvError", "EnvStateError", "Episodes", "InvalidAction", "Levels", "NoExpert", "Step",
+           "Track", "connect", "env_class", "expert_turns", "item_ids", "make", "register", "select_levels", "serve"]

@@ -71,6 +71,10 @@ class EnvStateError(RuntimeError):
     """The caller used an episode out of order: step() before reset(), after done, or after close()."""
 
 
+class NoExpert(ValueError):
+    """The env's expert does not cover this item (MiniWoB: a task without a solver; WebArena: a live site)."""
+
+
 class ActionTooLong(ValueError):
     """An action longer than MAX_ACTION_CHARS. No model writes one, so it is an error, not an invalid action."""
 
@@ -158,6 +162,19 @@ class Env(abc.ABC):
     @abc.abstractmethod
     def expert(self, item_id: int) -> list[str]:
         """Replies ("Thought:\\n...\\n\\nAction:\\n...") that solve `item_id` when fed to step() after reset()."""
+
+    def expert_episode(self, item_id: int, **expert_options) -> tuple[str, list[tuple[str, Step]]]:
+        """The expert played on this env: reset(item_id)'s observation, then each reply with the Step it got, up to
+        done. An expert may fall short (MiniWoB's stops when stuck): check success() of the last Step.
+        `expert_options` go to expert() (BabyAI's `hesitation`). The browser envs override this to play their
+        solver here, where expert() plays it in a private browser and the replies would then be played twice."""
+        replies = self.expert(item_id, **expert_options)   # before reset: SciWorld's then needs no second JVM
+        observation, turns = self.reset(item_id), []
+        for reply in replies:
+            turns.append((reply, self.step(reply)))
+            if turns[-1][1].done:
+                break
+        return observation, turns
 
     def step(self, text: str) -> Step:
         """Extract the action from the model's whole reply and apply it; an unextractable reply costs a turn only."""

@@ -45,7 +45,7 @@ from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 
-from .base import Env, EnvError, Episodes, InvalidAction, Step, Track, check_item_id
+from .base import Env, EnvError, Episodes, InvalidAction, NoExpert, Step, Track, check_item_id
 from .webarena.grammar import (TEMPLATE, Action, ActionParsingError, action_kind, extract_action, no_element,
                                parse_action, reply, require_block)
 
@@ -599,27 +599,28 @@ class MiniWoB(Env):
 
     def expert(self, item_id: int) -> list[str]:
         """Replies that solve `item_id`: a scripted solver per task (EXPERT_TASKS) reads each observation (what
-        the agent sees) and picks the next action, played in a private browser. ValueError for a task without a
+        the agent sees) and picks the next action, played in a private browser. NoExpert for a task without a
         solver. A solver that gets stuck stops early and its replies so far are returned: replay them and check
-        success() (the tests do, for every covered task)."""
-        task, _ = task_and_seed(item_id)
-        if task not in SOLVERS:
-            raise ValueError(f"miniwob: no expert for task {task!r} (item {item_id}); the expert solves "
-                             f"{', '.join(EXPERT_TASKS)}")
+        success() (the tests do)."""
+        solver(item_id)   # refuses a task without a solver before a private browser starts
         if self._expert_env is None:
             self._expert_env = MiniWoB()
-        env = self._expert_env
-        env.reset(item_id)
-        memory, replies = {}, []
+        return [text for text, _ in self._expert_env.expert_episode(item_id)[1]]
+
+    def expert_episode(self, item_id: int) -> tuple[str, list[tuple[str, Step]]]:
+        """The solver played in this browser (see Env.expert_episode): the episode expert() would play privately."""
+        solve = solver(item_id)
+        observation, memory, turns = self.reset(item_id), {}, []
         for _ in range(MAX_EXPERT_TURNS):
             try:
-                thought, action = SOLVERS[task](env.page, memory)
+                thought, action = solve(self.page, memory)
             except ExpertStuck:
                 break
-            replies.append(reply(thought, action))
-            if env.step(replies[-1]).done:
+            text = reply(thought, action)
+            turns.append((text, self.step(text)))
+            if turns[-1][1].done:
                 break
-        return replies
+        return observation, turns
 
     def close(self) -> None:
         if self._expert_env is not None:
@@ -1126,3 +1127,12 @@ SOLVERS = {
     **{task: solve_choose_date for task in TASKS if task.startswith("choose-date")},
 }
 EXPERT_TASKS = tuple(task for task in TASKS if task in SOLVERS)
+
+
+def solver(item_id: int):
+    """The scripted solver of item_id's task; NoExpert for a task without one."""
+    task, _ = task_and_seed(item_id)
+    if task not in SOLVERS:
+        raise NoExpert(f"miniwob: no expert for task {task!r} (item {item_id}); the expert solves "
+                       f"{', '.join(EXPERT_TASKS)}")
+    return SOLVERS[task]

@@ -18,12 +18,12 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from .. import web
-from ..base import Env, EnvError, Episodes, Step, Track, check_item_id
+from ..base import Env, EnvError, Episodes, NoExpert, Step, Track, check_item_id
 from .axtree import NodeIds, render_tree
 from .browser import POOL, VIEWPORT
 from .configs import SITES, OfflineConfigs, TaskConfigs, UrlMap
 from .evaluators import Judge, evaluate, needs_judge
-from .expert import expert_replies
+from .expert import expert_replies, play
 from .grammar import TEMPLATE, Action, ActionParsingError, describe, extract_action, parse_action, require_block
 
 INSTRUCTION = (
@@ -180,9 +180,17 @@ class WebArena(Env):
 
     def expert(self, item_id: int) -> list[str]:
         """Replies that solve an offline task (its scripted plan, played in the expert's private env)."""
-        if not self.offline:
-            raise ValueError("webarena: the scripted expert covers the offline tasks only")
+        self._check_offline_expert()
         return expert_replies(item_id, new_env=WebArena)
+
+    def expert_episode(self, item_id: int) -> tuple[str, list[tuple[str, Step]]]:
+        """The task's plan played in this env (see Env.expert_episode); RuntimeError unless it earns reward 1."""
+        self._check_offline_expert()
+        return play(self, item_id)
+
+    def _check_offline_expert(self) -> None:
+        if not self.offline:
+            raise NoExpert("webarena: the scripted expert covers the offline tasks only")
 
     def metadata(self) -> dict:
         """WebArena's observation metadata (AgentGym's GET /observation_metadata)."""

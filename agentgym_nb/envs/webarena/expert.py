@@ -11,7 +11,7 @@ import re
 import threading
 from typing import Callable
 
-from ..base import Env
+from ..base import Env, Step
 from ..web.tasks import Click, Goto, Read, Replace, Stop, Type, task
 from .grammar import reply
 
@@ -44,7 +44,7 @@ def expert_replies(item_id: int, new_env: Callable[[], Env]) -> list[str]:
             if _expert_env is None:
                 _expert_env = new_env()
             try:
-                _solved[item_id] = play(_expert_env, item_id)
+                _solved[item_id] = [text for text, _ in play(_expert_env, item_id)[1]]
             except BaseException:
                 _expert_env.close()
                 _expert_env = None
@@ -52,16 +52,15 @@ def expert_replies(item_id: int, new_env: Callable[[], Env]) -> list[str]:
         return list(_solved[item_id])
 
 
-def play(env, item_id: int) -> list[str]:
-    """Reset `env` (an offline WebArena env) to the task and follow its plan, reading ids off each observation;
-    the replies sent, checked to earn reward 1 (RuntimeError otherwise)."""
-    replies, last = [], None
-    env.reset(item_id)
+def play(env, item_id: int) -> tuple[str, list[tuple[str, Step]]]:
+    """Reset `env` (an offline WebArena env) to the task and follow its plan, reading ids off each observation:
+    the first observation, then each reply sent with its Step (as Env.expert_episode), checked to earn reward 1
+    (RuntimeError otherwise)."""
+    observation, turns = env.reset(item_id), []
 
     def send(thought: str, action: str):
-        nonlocal last
-        replies.append(reply(thought, action))
-        last = env.step(replies[-1])
+        text = reply(thought, action)
+        turns.append((text, env.step(text)))
 
     def find(role: str, name: str) -> str:
         for _ in range(MAX_SCROLLS):
@@ -101,7 +100,8 @@ def play(env, item_id: int) -> list[str]:
         elif isinstance(step, Stop):
             thought = f"The answer is {step.answer}." if step.answer else "The objective is complete."
             send(thought, f"stop [{step.answer}]" if step.answer else "stop []")
+    last = turns[-1][1] if turns else None
     if last is None or not last.done or not env.success(last.reward):
         raise RuntimeError(f"webarena expert: the plan of task {item_id} did not earn reward 1 "
                            f"(reward {last.reward if last else None}, at {env.url})")
-    return replies
+    return observation, turns
