@@ -414,8 +414,12 @@ def build_nano(path: str, spec: NanoSpec, log=print) -> str:
     finally:
         engine.close()
     model.save_pretrained(path)
+    # a check's "seconds" is its phase's clock, which runs on across a killed build's restarts; "seconds" below is
+    # this process's alone (its demonstrations played, then what was left of the cloning)
+    phase_clocks = {h.get("phase", "constant"): h["seconds"] for h in history}
     info = {"spec": asdict(spec), "params": sum(p.numel() for p in model.parameters()), "demos": len(demos),
-            "bc": history, "seconds": round(time.time() - t0, 1)}
+            "bc": history, "cloning_seconds": round(sum(phase_clocks.values()), 1),
+            "seconds": round(time.time() - t0, 1)}
     with open(os.path.join(path, "build.json"), "w") as f:
         json.dump(info, f, indent=2)
     for checkpoint in checkpoints:

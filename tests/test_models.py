@@ -2,6 +2,7 @@
 validation history is recorded; named models and bad names resolve or fail clearly."""
 import json
 import os
+import re
 
 import pytest
 from tokenizers import Tokenizer
@@ -172,6 +173,12 @@ def test_a_killed_nano_build_goes_on_from_its_last_check_to_the_same_weights(tmp
     build, reference = (json.load(open(os.path.join(p, "build.json"))) for p in (path, whole))
     assert [(h["step"], h["loss"]) for h in build["bc"]] == [(h["step"], h["loss"]) for h in reference["bc"]]
     assert len(build["bc"]) == 5 and build["bc"][-1]["phase"] == "decay"
+    # the cloning done before the kills counts: the constant phase's end and the decay checkpoint gone on from
+    checks = [(int(m.group(1)), float(m.group(2))) for m in (re.match(r"bc step (\d+):.*\((\d+)s\)$", line)
+                                                            for line in lines) if m]
+    end = [step for step, _ in checks].index(12)   # the constant phase's last check, then the decay phase's step 4
+    assert build["cloning_seconds"] >= checks[end][1] + checks[end + 1][1] - 1   # the log rounds to whole seconds
+    assert reference["cloning_seconds"] <= reference["seconds"]   # one process: its cloning was part of its time
     assert not [f for f in os.listdir(path) if f.startswith("cloning-")]   # a finished build keeps no checkpoints
 
 
