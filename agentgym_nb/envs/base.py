@@ -168,7 +168,9 @@ class Env(abc.ABC):
         done. An expert may fall short (MiniWoB's stops when stuck): check success() of the last Step.
         `expert_options` go to expert() (BabyAI's `hesitation`). The browser envs override this to play their
         solver here, where expert() plays it in a private browser and the replies would then be played twice."""
-        replies = self.expert(item_id, **expert_options)   # before reset: SciWorld's then needs no second JVM
+        # Asked before reset: unless an episode is still running here (one cut by the horizon), SciWorld's expert
+        # then runs on this env's JVM rather than a second one.
+        replies = self.expert(item_id, **expert_options)
         observation, turns = self.reset(item_id), []
         for reply in replies:
             turns.append((reply, self.step(reply)))
