@@ -6,7 +6,7 @@ PRESET ?= cpu
 RUN ?= demo-$(ENV)
 # COMPARE=True also trains fixed-short, fixed-long and adaptive runs at the same budget (four times the time)
 COMPARE ?= False
-# the demo's item set: BabyAI's one-room levels learn in minutes (TRACK=long: the horizon study's, ~95 min nano build)
+# the demo's item set: BabyAI's one-room levels learn in minutes (TRACK=long: the horizon study's, ~2 h nano build)
 TRACK ?= $(if $(filter babyai,$(ENV)),one-room,None)
 # BabyAI's demo: 60 steps (stages of 20) and 200 held-out tasks, so that the paired lift's interval is narrow
 DEMO_ARGS ?= $(if $(filter babyai,$(ENV)),-p steps 60 -p rounds_every 20 -p eval_items 200,)

@@ -33,7 +33,7 @@ from accelerate import Accelerator
 from .. import envs, models
 from ..algos import advantages as adv_fns
 from ..algos.losses import aggregate, explained_variance, kl_penalty, policy_loss, token_logprobs, value_loss
-from ..config import RunConfig, item_pool, make_config, round_schedule
+from ..config import PRESETS, RunConfig, item_pool, make_config, round_schedule
 from ..rollout.evaluation import evaluate
 from ..rollout.engine import SamplingParams, load_pretrained, make_engine
 from ..rollout.runner import RolloutStats, run_episodes, write_rollout_log
@@ -673,7 +673,7 @@ def main(argv=None) -> None:
     process plays its share of the items and the gradients are summed."""
     p = argparse.ArgumentParser(prog="python -m agentgym_nb.train.rl", description="Online RL for a multi-turn agent.")
     p.add_argument("--env", default="babyai")
-    p.add_argument("--preset", default=None, help="smoke, cpu or paper (default: $AGENTGYM_NB_PRESET, else cpu)")
+    p.add_argument("--preset", default=None, help=f"{', '.join(PRESETS)} (default: $AGENTGYM_NB_PRESET, else cpu)")
     p.add_argument("--name", default=None, help="run name: outputs/runs/<name> (default: <env>-<algorithm>)")
     p.add_argument("--dry-run", action="store_true", help="validate the config and print the plan; build nothing")
     p.add_argument("overrides", nargs="*", help="RunConfig fields or AgentGym-RL dotted keys, e.g. steps=10 "
