@@ -6,6 +6,9 @@ BabyAI one. Run artefacts go to a temporary folder (the `out_dir` override).
 Slow but essential: ~1 minute per env once the models are built on an idle 2-core machine; a first build adds up
 to a minute (expert demonstrations and a few cloning steps). The comparison section (three more training runs) is
 switched off here: it does not depend on the env, and `make test` runs it on BabyAI (nbmake).
+
+Notebook 00 (the set-up check) at the paper preset: every env's check runs on this CPU machine, and the 7B model is
+looked up offline, not loaded.
 """
 import json
 from pathlib import Path
@@ -19,6 +22,7 @@ from agentgym_nb.config import preset_values
 pytestmark = pytest.mark.slow
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "05_scalinginter.ipynb"
+SETUP_NOTEBOOK = NOTEBOOK.parent / "00_env_setup.ipynb"
 
 
 def lines(path: Path) -> list[dict]:
@@ -53,3 +57,21 @@ def test_notebook_05_runs_on_env(env, tmp_path, monkeypatch):
             assert not e["failed"] and 1 <= e["num_rounds"] <= 2, e
             assert e["num_tokens"] <= envs.env_class(env).smoke.max_total_tokens
             assert [m["role"] for m in e["conversations"][2:4]] == ["user", "assistant"]
+
+
+@pytest.mark.timeout(1200)
+def test_notebook_00_checks_the_paper_preset_without_loading_its_7b_model(tmp_path, monkeypatch):
+    """At the paper preset the set-up check runs every env and says whether the 7B model is available offline; it
+    neither loads the model nor stops because the local Hugging Face cache lacks it."""
+    from agentgym_nb import models
+    from agentgym_nb.config import make_config
+    monkeypatch.setenv("AGENTGYM_NB_PRESET", "paper")
+    papermill.execute_notebook(str(SETUP_NOTEBOOK), str(tmp_path / "00_env_setup.ipynb"), progress_bar=False,
+                               parameters=dict(preset="paper", run_name="env-setup-paper-test"))
+    model = make_config(preset="paper", env="babyai").model
+    summary = json.loads((Path(make_config(preset="paper").out_dir) / "runs" / "env-setup-paper-test" /
+                          "summary.json").read_text())
+    assert summary["preset"] == "paper"
+    assert summary["models"]["babyai"] == dict(path=None, model=model, available=models.is_available(model))
+    assert set(summary["expert_episodes"]) == {"babyai", "textcraft", "sciworld", "searchqa", "webarena", "miniwob"}
+    assert all(r["success"] for r in summary["expert_episodes"].values()), summary["expert_episodes"]
