@@ -95,6 +95,11 @@ def test_truncated_episode_mid_assistant():
     assert r[1].abs().sum() == 0
     _, ret = reinforce_pp(r, m, whiten=False)
     assert ret[1].abs().sum() == 0
+    # with partial credit (SciWorld's 0.5, say) the cut row's score sits on its last trainable token, 5
+    partial = token_rewards_from_scores(torch.tensor([1.0, 0.5], dtype=torch.float64), m)
+    assert at(partial, [5], row=1) == [0.5] and partial[1].sum() == 0.5
+    _, ret = reinforce_pp(partial, m, gamma=0.9, whiten=False)
+    assert at(ret, [1, 2, 4, 5], row=1) == pytest.approx([0.5 * 0.9 ** 3, 0.5 * 0.9 ** 2, 0.5 * 0.9, 0.5])
     adv = grpo(scores, torch.tensor([0, 0]), m)
     # mean .5, unbiased std = sqrt((.25 + .25)/1) = .7071; adv = +-.5/(.7071 + 1e-6)
     a = 0.5 / (math.sqrt(0.5) + 1e-6)
@@ -272,6 +277,8 @@ def test_gigpo_adds_step_credit_from_states_the_group_shares():
     assert adv[3:].abs().sum() == 0 and adv[~mask.bool()].abs().sum() == 0     # tied group; untrainable tokens
     half = gigpo(scores, group, mask, turn_ids, anchors, gamma=0.5, step_weight=0.5)
     assert half[0, 1].item() == pytest.approx(a + 0.5 * a, **near)
+    # omega weighs the step term only: where a turn is alone in its state the episode term stays whole
+    assert half[0, 4].item() == pytest.approx(a, **near) and half[1, 6].item() == pytest.approx(-b, **near)
 
 
 def test_gigpo_mean_norm_centres_without_dividing():
@@ -310,5 +317,18 @@ def test_episodes_left_out_of_the_baseline_are_measured_against_the_others():
     adv = grpo(scores, group, mask, in_baseline=finished)[:, 0].tolist()
     assert adv == pytest.approx([0.1 / std, -0.1 / std, -0.7 / std, -0.7 / std, 0, 0], abs=1e-5)
     assert rloo(scores, group, mask, in_baseline=finished)[:, 0].tolist() == pytest.approx([0.2, -0.2, -0.7, -0.7, 0, 0])
+    # GiGPO's episode term: GRPO's, or with mean_norm s_b - baseline (group 1 has no finished member: 0). One turn
+    # each, in states of its own, so no step term
+    turn_ids, anchors = torch.ones(6, 1, dtype=torch.long), [[f"state {b}"] for b in range(6)]
+    g = gigpo(scores, group, mask, turn_ids, anchors, in_baseline=finished)[:, 0].tolist()
+    assert g == pytest.approx([0.1 / std, -0.1 / std, -0.7 / std, -0.7 / std, 0, 0], abs=1e-5)
+    g = gigpo(scores, group, mask, turn_ids, anchors, mode="mean_norm", in_baseline=finished)[:, 0].tolist()
+    assert g == pytest.approx([0.1, -0.1, -0.7, -0.7, 0, 0], abs=1e-6)
+    # the registry hands the trainer's in_baseline to each estimator with a group baseline
+    credit = Credit(scores, group, mask, token_rewards_from_scores(scores, mask), turn_ids=turn_ids, anchors=anchors,
+                    in_baseline=finished)
+    assert ESTIMATORS["grpo"].compute(credit)[0][:, 0].tolist() == pytest.approx(adv, abs=1e-6)
+    assert ESTIMATORS["rloo"].compute(credit)[0][:, 0].tolist() == pytest.approx([0.2, -0.2, -0.7, -0.7, 0, 0])
+    assert ESTIMATORS["gigpo"].compute(credit)[0][:, 0].tolist() == pytest.approx(adv, abs=1e-6)
     # without the option both are the usual estimators
     assert torch.equal(grpo(scores, group, mask, in_baseline=torch.ones(6, dtype=torch.bool)), grpo(scores, group, mask))

@@ -48,11 +48,13 @@ def test_instability_needs_two_fixed_long_runs_and_the_short_arm():
     stable = {("fixed20", 0): _run([0.12, 0.15, 0.16])}
     assert horizon.verdicts({"pairs": {}}, stable)["fixed_long_unstable_fixed_short_plateaus"]["verdict"] == \
         "inconclusive"
+    up = horizon.paired({s: _evaluation([1, 1, 0, 0]) for s in range(2)}, {s: _evaluation([1, 0, 0, 0]) for s in range(2)},
+                        [0, 1])
+    one = horizon.verdicts({"pairs": {"stepwise - fixed6 @ steps": up}}, {("fixed20", 0): _run([0.12, 0.30, 0.05])})
+    assert one["fixed_long_unstable_fixed_short_plateaus"]["verdict"] == "inconclusive"   # one fall is no rule
     collapsed = {("fixed20", s): _run([0.12, 0.30, 0.05]) for s in range(2)}   # peak - final = 0.25 each
     no_short = horizon.verdicts({"pairs": {}}, collapsed)["fixed_long_unstable_fixed_short_plateaus"]
     assert no_short["verdict"] == "inconclusive" and no_short["fixed20_runs_that_fell_10_points"] == 2
-    up = horizon.paired({s: _evaluation([1, 1, 0, 0]) for s in range(2)}, {s: _evaluation([1, 0, 0, 0]) for s in range(2)},
-                        [0, 1])
     both = horizon.verdicts({"pairs": {"stepwise - fixed6 @ steps": up}}, collapsed)
     assert both["fixed_long_unstable_fixed_short_plateaus"]["verdict"] == "reproduced"
     assert all(v["claim"] and v["rule"] for v in both.values())   # the report states each claim and its rule
@@ -64,7 +66,10 @@ def test_the_cut_episode_arms_are_fixed_long_with_one_option_each_at_equal_steps
     assert (base.cut_out_of_baseline, base.cut_turn_discount) == (False, 1.0)
     assert (left_out.cut_out_of_baseline, left_out.cut_turn_discount) == (True, 1.0)
     assert (discounted.cut_out_of_baseline, discounted.cut_turn_discount) == (False, 0.9)
-    assert left_out.rounds == discounted.rounds == base.rounds and left_out.run_dir != base.run_dir
+    assert len({base.run_dir, left_out.run_dir, discounted.run_dir}) == 3
+    for arm, setting in ((left_out, "cut_out_of_baseline"), (discounted, "cut_turn_discount")):   # all else: fixed 20's
+        assert {k: v for k, v in vars(arm).items() if k not in ("name", "run_dir", setting)} == \
+               {k: v for k, v in vars(base).items() if k not in ("name", "run_dir", setting)}
     jobs = horizon.planned(["fixed20", *horizon.CUT_ARMS, "stepwise"], [0, 1], tokens=True)
     assert jobs[:4] == [("fixed20", 0, "steps"), ("stepwise", 0, "steps"), ("fixed20-cut-baseline", 0, "steps"),
                         ("fixed20-cut-discount", 0, "steps")]

@@ -1,5 +1,6 @@
 """RunConfig: presets, AgentGym-RL dotted keys, and clear errors for bad input."""
 import dataclasses
+import re
 
 import pytest
 
@@ -239,3 +240,18 @@ def test_a_pretrained_model_at_the_cpu_preset_gets_micro_batches_its_vocabulary_
     assert make_config(preset="cpu", model="smollm2-135m").micro_batch_tokens == 2048
     assert make_config(preset="cpu").micro_batch_tokens == 8192   # the nano's 1,024-token vocabulary
     assert make_config(preset="cpu", model="smollm2-135m", micro_batch_tokens=4096).micro_batch_tokens == 4096
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["algorithm=gae", "cut_out_of_baseline=True"],
+     "cut_out_of_baseline changes a group baseline, which only grpo, rloo, gigpo have; gae has none"),
+    (["algorithm=reinforce_plus_plus", "cut_out_of_baseline=True"], "reinforce_plus_plus has none"),
+    (["cut_turn_discount=0"], "cut_turn_discount must be in (0, 1] (1: no discount), got 0"),
+    (["cut_turn_discount=1.5"], "cut_turn_discount must be in (0, 1] (1: no discount), got 1.5"),
+])
+def test_bad_horizon_cut_options_are_named(overrides, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make_config(preset="smoke", overrides=overrides)
+    for algorithm in ("grpo", "rloo", "gigpo"):   # the estimators with a group baseline take both
+        make_config(preset="smoke", overrides=[f"algorithm={algorithm}", "cut_out_of_baseline=True",
+                                               "cut_turn_discount=0.5"])

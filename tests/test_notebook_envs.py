@@ -66,11 +66,12 @@ def test_notebook_00_checks_the_paper_preset_without_loading_its_7b_model(tmp_pa
     from agentgym_nb import models
     from agentgym_nb.config import make_config
     monkeypatch.setenv("AGENTGYM_NB_PRESET", "paper")
+    record = Path(make_config(preset="paper").out_dir) / "runs" / "env-setup-paper-test" / "summary.json"
+    record.unlink(missing_ok=True)   # the record read below is this run's
     papermill.execute_notebook(str(SETUP_NOTEBOOK), str(tmp_path / "00_env_setup.ipynb"), progress_bar=False,
                                parameters=dict(preset="paper", run_name="env-setup-paper-test"))
     model = make_config(preset="paper", env="babyai").model
-    summary = json.loads((Path(make_config(preset="paper").out_dir) / "runs" / "env-setup-paper-test" /
-                          "summary.json").read_text())
+    summary = json.loads(record.read_text())
     assert summary["preset"] == "paper"
     assert summary["models"]["babyai"] == dict(path=None, model=model, available=models.is_available(model))
     assert set(summary["expert_episodes"]) == {"babyai", "textcraft", "sciworld", "searchqa", "webarena", "miniwob"}

@@ -75,6 +75,9 @@ def test_resume_continues_exactly(tmp_path, nano_dir):
         assert resumed.items_for_step(step) == straight.items_for_step(step)
     lines = open(os.path.join(resumed.cfg.run_dir, "metrics.jsonl")).read().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [1, 2, 3]
+    final = straight.accelerator.unwrap_model(straight.model).state_dict()
+    resumed_final = resumed.accelerator.unwrap_model(resumed.model).state_dict()
+    assert all(torch.equal(resumed_final[k], final[k]) for k in final), "the resumed run ends on other weights"
 
 
 def test_items_for_step_is_a_pure_function(tmp_path, nano_dir):
@@ -119,6 +122,66 @@ def test_every_estimator_updates_the_policy(tmp_path, nano_dir, algorithm, extra
         assert -1 <= trainer._update(trajs, 6)["explained_variance"] <= 1
     if extra.get("kl_in_reward"):
         assert trainer._update(trajs, 2)["kl"] > 0   # the policy moved away from the reference
+
+
+def advantages_the_loss_gets(trainer):
+    """Real rollouts with known scores through one update, recording what the real loss is given: (trajectories,
+    (turn_ids, loss mask, advantages)), rows in trajectory order (the config must make one mini- and micro-batch)."""
+    seen, real_loss = [], trainer._loss
+
+    def recording_loss(mb, per_token, *args):
+        seen.append((mb["turn_ids"], mb["loss_mask"].bool(), per_token["adv"]))
+        return real_loss(mb, per_token, *args)
+
+    trainer._loss = recording_loss
+    trajs = real_rollouts_with_known_scores(trainer)
+    trainer._update(trajs, 1)
+    (recorded,) = seen
+    return trajs, recorded
+
+
+def test_gigpo_in_the_trainer_gives_the_first_turns_step_credit(tmp_path, nano_dir):
+    """Every episode of a task starts in the same state, so GiGPO's turn 1 of a group is one step group whose returns
+    gamma^(K_b - 1) s_b differ (winners and losers): its advantage there is GRPO's plus that step term."""
+    from agentgym_nb.algos.advantages import grpo
+    kw = dict(samples_per_prompt=4, ppo_epochs=1, mini_batches=1, micro_batch_tokens=1 << 20)
+    trajs, (turn_ids, mask, adv) = advantages_the_loss_gets(Trainer(smoke_config(
+        tmp_path, "gigpo", engine="hf", algorithm="gigpo", gamma=0.95, **kw), log=lambda *a: None))
+    scores, group = torch.tensor([t.reward for t in trajs]), torch.tensor([t.group for t in trajs])
+    episode = grpo(scores, group, torch.ones(len(trajs), 1))[:, 0]
+    step_term = [adv[i][mask[i] & (turn_ids[i] == 1)] - episode[i] for i in range(len(trajs))]
+    assert all(len(set(x.tolist())) == 1 for x in step_term)   # one value per turn
+    assert any(abs(x[0].item()) > 1e-3 for x in step_term), "no turn got step credit: anchors did not reach GiGPO"
+    for i, t in enumerate(trajs):   # a winner's return is above its step group's mean, a loser's below
+        assert (step_term[i][0].item() > 0) == bool(t.reward) or abs(step_term[i][0].item()) < 1e-6
+
+
+@pytest.mark.parametrize("left_out", [True, False])
+def test_the_trainer_gives_cut_episodes_their_treatments(tmp_path, nano_dir, left_out):
+    """The advantages the loss gets, with cut_turn_discount 0.5 (and the cut episodes out of the baseline or not).
+    Each group: winners (score 1, finished) and losers (score 0, cut by the horizon); std_g over the whole group.
+    - out of the baseline: the baseline is the winners' mean, 1: winners get 0, a loser's turn 1 gets -1 / std_g;
+    - in it (GRPO's baseline): winners get +(1 - mean_g) / std_g on every turn (finished: no discount), a loser's
+      turn 1 gets -mean_g / std_g;
+    - a loser's turn 2 keeps 0.5 of its turn 1."""
+    cfg = smoke_config(tmp_path, f"cut-{left_out}", engine="hf", algorithm="grpo", samples_per_prompt=4, ppo_epochs=1,
+                       mini_batches=1, micro_batch_tokens=1 << 20, cut_out_of_baseline=left_out,
+                       cut_turn_discount=0.5)
+    trajs, (turn_ids, mask, adv) = advantages_the_loss_gets(Trainer(cfg, log=lambda *a: None))
+    assert any(not t.done for t in trajs) and any((turn_ids[i][mask[i]] == 2).any() for i in range(len(trajs)))
+    for i, t in enumerate(trajs):
+        scores = torch.tensor([u.reward for u in trajs if u.group == t.group])
+        mean, std = scores.mean().item(), scores.std().item()
+        first, second = adv[i][mask[i] & (turn_ids[i] == 1)], adv[i][mask[i] & (turn_ids[i] == 2)]
+        if len(set(scores.tolist())) == 1:   # a group left with one score (episodes without policy tokens dropped)
+            assert not adv[i].any()
+        elif t.done:
+            expected = 0.0 if left_out else (1 - mean) / (std + 1e-6)
+            assert torch.allclose(adv[i][mask[i]], torch.full_like(adv[i][mask[i]], expected), atol=1e-5), (i, t.group)
+        else:
+            expected = (-1.0 if left_out else -mean) / (std + 1e-6)
+            assert torch.allclose(first, torch.full_like(first, expected), atol=1e-5), (i, t.group)
+            assert torch.allclose(second, torch.full_like(second, 0.5 * expected), atol=1e-5), (i, t.group)
 
 
 @pytest.mark.parametrize("algorithm, extra, steps", [
