@@ -21,6 +21,7 @@ import torch
 from agentgym_nb.config import make_config
 from agentgym_nb.rollout.engine import SamplingParams
 from agentgym_nb.rollout.runner import run_episodes
+from agentgym_nb.rollout.trajectory import TrajectoryGroup
 from agentgym_nb.train.rl import Trainer
 
 
@@ -38,8 +39,10 @@ def union_config(out_dir: str):
 
 def rescored_episodes(trainer, rank: int, world: int) -> list:
     cfg = trainer.cfg
-    trajs = run_episodes(trainer.engine, trainer.env_factory, trainer.items_for_step(1)[rank::world], trainer.chat,
-                         n=cfg.samples_per_prompt, max_rounds=2, max_total_tokens=cfg.max_total_tokens,
+    items = trainer.items_for_step(1)
+    mine = list(range(rank, len(items), world))   # the step's group numbers this process plays, as in train_step
+    trajs = run_episodes(trainer.engine, trainer.env_factory, [items[g] for g in mine], trainer.chat,
+                         n=cfg.samples_per_prompt, max_rounds=2, max_total_tokens=cfg.max_total_tokens, group_ids=mine,
                          params=SamplingParams(temperature=1.0, max_tokens=cfg.max_tokens, seed=5),
                          first_episode=rank * 1_000_000)
     for i, t in enumerate(trajs):
@@ -68,7 +71,7 @@ def union_update(out_dir: str) -> None:
     trainer = Trainer(union_config(out_dir), log=lambda *a: None)
     rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
     trajs = rescored_episodes(trainer, rank, world)
-    out = trainer._update(trajs, 1)
+    out = trainer.update(TrajectoryGroup.of(trajs), 1)
     with open(os.path.join(out_dir, f"union_rank{rank}.json"), "w") as f:
         json.dump({"episodes": [dataclasses.asdict(t) for t in trajs], "optimizer_steps": out["optimizer_steps"]}, f)
     torch.save(trainer.accelerator.unwrap_model(trainer.model).state_dict(),
@@ -89,10 +92,10 @@ def filtered_update(out_dir: str) -> None:
     trajs = rescored_episodes(trainer, rank, world)
     for i, t in enumerate(trajs):
         t.reward = float(i % 2)   # 0 and 1 in every group: each one is informative
-    chosen = trainer.groups_to_train(trajs)
-    out = trainer._update(chosen, 1)
+    chosen = trainer.groups_to_train(TrajectoryGroup.of(trajs))
+    out = trainer.update(chosen, 1)
     with open(os.path.join(out_dir, f"filtered_rank{rank}.json"), "w") as f:
-        json.dump({"episodes": [dataclasses.asdict(t) for t in trajs], "chosen": sorted({t.group for t in chosen}),
+        json.dump({"episodes": [dataclasses.asdict(t) for t in trajs], "chosen": sorted(g.id for g in chosen),
                    "optimizer_steps": out["optimizer_steps"]}, f)
     torch.save(trainer.accelerator.unwrap_model(trainer.model).state_dict(),
                os.path.join(out_dir, f"filtered_rank{rank}.pt"))
@@ -112,11 +115,11 @@ def skip_decision(out_dir: str) -> None:
     record = {"before": fingerprint(model)}
     for t in trajs:
         t.reward = 0.9 if rank == 0 else t.reward - rank   # rank 0: constant groups; rank 1: 0/1 in each group
-    record["one_rank_steps"] = trainer._update(trajs, 1)["optimizer_steps"]
+    record["one_rank_steps"] = trainer.update(TrajectoryGroup.of(trajs), 1)["optimizer_steps"]
     record["after_one"] = fingerprint(model)
     for t in trajs:
         t.reward = 0.9
-    record["no_rank_steps"] = trainer._update(trajs, 2)["optimizer_steps"]
+    record["no_rank_steps"] = trainer.update(TrajectoryGroup.of(trajs), 2)["optimizer_steps"]
     record["after_none"] = fingerprint(model)
     with open(os.path.join(out_dir, f"skip_rank{rank}.json"), "w") as f:
         json.dump(record, f)

@@ -19,6 +19,7 @@ import torch
 from safetensors.torch import load_file
 
 from agentgym_nb.config import make_config
+from agentgym_nb.rollout.trajectory import TrajectoryGroup
 from agentgym_nb.train.common import full_state_dict
 from agentgym_nb.train.rl import Trainer
 from ddp_worker import rescored_episodes  # noqa: E402  (tests/ is the script's own folder)
@@ -90,7 +91,7 @@ def union_update(out_dir: str) -> None:
     trainer = Trainer(union_config(out_dir), log=lambda *a: None)
     rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
     trajs = rescored_episodes(trainer, rank, world)
-    out = trainer._update(trajs, 1)
+    out = trainer.update(TrajectoryGroup.of(trajs), 1)
     weights = full_state_dict(trainer.model)
     with open(os.path.join(out_dir, f"union_rank{rank}.json"), "w") as f:
         json.dump({"episodes": [dataclasses.asdict(t) for t in trajs], "optimizer_steps": out["optimizer_steps"],

@@ -332,3 +332,31 @@ def test_episodes_left_out_of_the_baseline_are_measured_against_the_others():
     assert ESTIMATORS["gigpo"].compute(credit)[0][:, 0].tolist() == pytest.approx(adv, abs=1e-6)
     # without the option both are the usual estimators
     assert torch.equal(grpo(scores, group, mask, in_baseline=torch.ones(6, dtype=torch.bool)), grpo(scores, group, mask))
+
+
+def test_assign_credit_puts_the_kl_in_the_reward_whitens_and_discounts_cut_turns():
+    """REINFORCE++ (gamma 1) on two rows with a KL penalty of 0.1 per policy token; row 1 is cut by the horizon.
+    Rewards: row 0 scores 1 on its last policy token (t = 3), row 1 scores 0 (t = 2), minus 0.1 on each policy token:
+      returns row 0 [0.7, 0.8, -, 0.9], row 1 [-0.3, -0.2, -0.1]
+      whitened over the 6: mean 0.3, deviations [0.4, 0.5, 0.6] and [-0.6, -0.5, -0.4], unbiased var 1.54 / 5
+      row 1's turn 2 (t = 2) keeps 0.5 of its advantage."""
+    from agentgym_nb.algos.advantages import assign_credit
+    mask = torch.tensor([[1, 1, 0, 1], [1, 1, 1, 0]])
+    turns = torch.tensor([[1, 1, 1, 2], [1, 1, 2, 2]])
+    rewards_ = torch.tensor([[0, 0, 0, 1.0], [0, 0, 0, 0]], dtype=torch.float64)
+    credit = Credit(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), mask, rewards_, turn_ids=turns)
+    kl = torch.full((2, 4), 0.1, dtype=torch.float64)
+    adv, returns = assign_credit("reinforce_plus_plus", credit, kl_penalty=kl, cut=torch.tensor([False, True]),
+                                 cut_turn_discount=0.5)
+    assert returns is None   # REINFORCE++'s returns are its advantages before whitening: the trainer needs none
+    s = math.sqrt(1.54 / 5 + 1e-8)
+    assert adv[0].tolist() == pytest.approx([0.4 / s, 0.5 / s, 0, 0.6 / s])
+    assert adv[1].tolist() == pytest.approx([-0.6 / s, -0.5 / s, -0.4 / s * 0.5, 0])
+    # a process holding row 0 alone, whose moments are summed with row 1's, gets the whole batch's row 0
+    row1 = masked_moments(torch.tensor([[-0.3, -0.2, -0.1]], dtype=torch.float64), torch.ones(1, 3))
+    part = Credit(credit.scores[:1], credit.group[:1], mask[:1], rewards_[:1], turn_ids=turns[:1])
+    alone, _ = assign_credit("reinforce_plus_plus", part, kl_penalty=kl[:1], sum_over_processes=lambda m: m + row1)
+    assert alone[0].tolist() == pytest.approx(adv[0].tolist())
+    # without the KL penalty, the cut or the discount: the estimator's own advantages
+    plain, _ = assign_credit("grpo", credit, cut=torch.tensor([False, True]))
+    assert plain.tolist() == grpo(credit.scores, credit.group, mask).tolist()

@@ -9,7 +9,7 @@ import pytest
 from conftest import accelerate_launch
 import torch
 
-from agentgym_nb.rollout.trajectory import Trajectory
+from agentgym_nb.rollout.trajectory import Trajectory, TrajectoryGroup
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
@@ -45,13 +45,12 @@ def test_two_process_reinforce_pp_update_is_the_update_on_the_union(ddp_out, tmp
     scores = [[t["reward"] for t in s["episodes"]] for s in shares]
     assert min(scores[1]) > min(scores[0]) and max(scores[1]) > max(scores[0])
 
-    # one process, the same config and starting weights, the same update on the union of the episodes. Group ids
-    # are per process (0 and 1 on both), so group g of the union is group g of both shares: the two mini-batches
-    # are the unions of the shares' mini-batches, as in the two-process update.
+    # one process, the same config and starting weights, the same update on the union of the episodes (group ids
+    # are the step's: each mini-batch holds the same groups as in the two-process update)
     single = Trainer(union_config(str(tmp_path)), log=lambda *a: None)
     model = single.accelerator.unwrap_model(single.model)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    out = single._update([Trajectory(**t) for s in shares for t in s["episodes"]], 1)
+    out = single.update(TrajectoryGroup.of([Trajectory(**t) for s in shares for t in s["episodes"]]), 1)
     single.close()
     assert out["optimizer_steps"] == shares[0]["optimizer_steps"] == 2
     union = model.state_dict()
@@ -83,17 +82,15 @@ def test_two_process_dynamic_sampling_trains_the_groups_one_process_would(ddp_ou
     from agentgym_nb.train.rl import Trainer
     shares = [json.load(open(ddp_out / f"filtered_rank{r}.json")) for r in (0, 1)]
     after = [torch.load(ddp_out / f"filtered_rank{r}.pt") for r in (0, 1)]
-    assert [s["chosen"] for s in shares] == [[0], [0]]
+    assert [s["chosen"] for s in shares] == [[0], [1]]
     assert all(torch.equal(after[0][k], after[1][k]) for k in after[0])
-    union = []
-    for rank, share in enumerate(shares):   # process r's group g is the step's group r + 2 g
-        union += [Trajectory(**{**t, "group": rank + 2 * t["group"]}) for t in share["episodes"]]
+    union = [Trajectory(**t) for share in shares for t in share["episodes"]]
     single = Trainer(filtered_config(str(tmp_path)), log=lambda *a: None)
     model = single.accelerator.unwrap_model(single.model)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    chosen = single.groups_to_train(union)
-    assert sorted({t.group for t in chosen}) == [0, 1]
-    out = single._update(chosen, 1)
+    chosen = single.groups_to_train(TrajectoryGroup.of(union))
+    assert sorted(g.id for g in chosen) == [0, 1]
+    out = single.update(chosen, 1)
     single.close()
     assert out["optimizer_steps"] == shares[0]["optimizer_steps"] == 1
     state = model.state_dict()

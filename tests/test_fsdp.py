@@ -15,7 +15,7 @@ from conftest import accelerate_launch
 import torch
 
 from agentgym_nb.config import PAPER_SCRIPTS, make_config
-from agentgym_nb.rollout.trajectory import Trajectory
+from agentgym_nb.rollout.trajectory import Trajectory, TrajectoryGroup
 from agentgym_nb.train import launch, rl
 
 pytestmark = pytest.mark.slow
@@ -72,7 +72,7 @@ def test_fsdp_update_is_the_update_on_the_union(fsdp_out, tmp_path, nano_dir):
     assert single.sharding == "none"
     model = single.accelerator.unwrap_model(single.model)
     before = {k: v.clone() for k, v in merged_state_dict(model).items()}
-    out = single._update([Trajectory(**t) for s in shares for t in s["episodes"]], 1)
+    out = single.update(TrajectoryGroup.of([Trajectory(**t) for s in shares for t in s["episodes"]]), 1)
     single.close()
     union = merged_state_dict(model)
     assert out["optimizer_steps"] == shares[0]["optimizer_steps"] == 2

@@ -126,3 +126,18 @@ def test_each_turn_records_the_state_it_acted_in(hf_nano, chat):
         start = anchor_of(fresh.state_key(fresh.reset(item)))
         fresh.close()
         assert {t.anchors[0] for t in trajs if t.item_id == item} == {start}
+
+
+def test_episodes_carry_the_group_ids_they_were_given(hf_nano, chat):
+    """A process playing its share of a step's items numbers their groups as the step does (group_ids), so groups
+    can be matched across processes without index arithmetic; the default is the item's position."""
+    params = SamplingParams(max_tokens=8, seed=0)
+    trajs = run_episodes(hf_nano, lambda: envs.make("babyai"), [3, 8], chat, n=2, max_rounds=1, params=params,
+                         group_ids=[5, 9], max_total_tokens=1500)
+    assert [(t.item_id, t.group) for t in trajs] == [(3, 5), (3, 5), (8, 9), (8, 9)]
+    default = run_episodes(hf_nano, lambda: envs.make("babyai"), [3, 8], chat, n=2, max_rounds=1, params=params,
+                           max_total_tokens=1500)
+    assert [t.group for t in default] == [0, 0, 1, 1]
+    assert [t.input_ids for t in default] == [t.input_ids for t in trajs]   # the numbering changes nothing else
+    with pytest.raises(ValueError, match="got 1 group ids for 2 items"):
+        run_episodes(hf_nano, lambda: envs.make("babyai"), [3, 8], chat, group_ids=[5])

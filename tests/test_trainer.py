@@ -9,6 +9,7 @@ import torch
 
 from agentgym_nb.config import make_config
 from agentgym_nb.rollout.engine import HFEngine, SamplingParams
+from agentgym_nb.rollout.trajectory import TrajectoryGroup
 from agentgym_nb.train.rl import Trainer
 
 pytestmark = pytest.mark.slow
@@ -112,16 +113,16 @@ def test_every_estimator_updates_the_policy(tmp_path, nano_dir, algorithm, extra
     model = trainer.accelerator.unwrap_model(trainer.model)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     trajs = real_rollouts_with_known_scores(trainer)
-    out = trainer._update(trajs, 1)
+    out = trainer.update(TrajectoryGroup.of(trajs), 1)
     assert out["optimizer_steps"] == 4     # ppo_epochs x mini_batches are honoured
     assert any(not torch.equal(v, before[k]) for k, v in model.state_dict().items())
     if algorithm == "gae":
-        losses = [out["value_loss"]] + [trainer._update(trajs, s)["value_loss"] for s in (2, 3, 4, 5)]
+        losses = [out["value_loss"]] + [trainer.update(TrajectoryGroup.of(trajs), s)["value_loss"] for s in (2, 3, 4, 5)]
         # the same batch again and again (its returns move a little with the critic's values): the error falls
         assert min(losses[2:]) < 0.75 * losses[0], f"the critic does not fit the returns: {losses}"
-        assert -1 <= trainer._update(trajs, 6)["explained_variance"] <= 1
+        assert -1 <= trainer.update(TrajectoryGroup.of(trajs), 6)["explained_variance"] <= 1
     if extra.get("kl_in_reward"):
-        assert trainer._update(trajs, 2)["kl"] > 0   # the policy moved away from the reference
+        assert trainer.update(TrajectoryGroup.of(trajs), 2)["kl"] > 0   # the policy moved away from the reference
 
 
 def advantages_the_loss_gets(trainer):
@@ -135,7 +136,7 @@ def advantages_the_loss_gets(trainer):
 
     trainer._loss = recording_loss
     trajs = real_rollouts_with_known_scores(trainer)
-    trainer._update(trajs, 1)
+    trainer.update(TrajectoryGroup.of(trajs), 1)
     (recorded,) = seen
     return trajs, recorded
 
@@ -197,7 +198,7 @@ def test_a_step_where_every_group_scored_alike_steps_only_where_an_advantage_is_
     trainer = Trainer(smoke_config(tmp_path, f"flat-{algorithm}", engine="hf", lr=1e-3, filter_groups=True,
                                    max_tokens=1, algorithm=algorithm, **extra), log=lambda *a: None)
     try:
-        assert trainer._update(real_rollouts_with_known_scores(trainer), 1)["optimizer_steps"] >= 1
+        assert trainer.update(TrajectoryGroup.of(real_rollouts_with_known_scores(trainer)), 1)["optimizer_steps"] >= 1
         trainer.sync_engine()   # as a training step would (else the step's health check sees the stale engine)
         model = trainer.accelerator.unwrap_model(trainer.model)
         before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -219,8 +220,8 @@ def test_a_step_without_signal_measures_its_losses_on_no_more_groups_than_it_wou
     them: on long episodes those passes cost more than the rollout."""
     trainer = Trainer(smoke_config(tmp_path, "flat-oversampled", engine="hf", filter_groups=True, oversample=2,
                                    max_tokens=1), log=lambda *a: None)
-    measured, update = [], trainer._update
-    trainer._update = lambda trajs, step: measured.append({t.group for t in trajs}) or update(trajs, step)
+    measured, update = [], trainer.update
+    trainer.update = lambda groups, step: measured.append({g.id for g in groups}) or update(groups, step)
     try:
         m = trainer.train_step()
         assert m["episodes"] == 2 * 2 * 2 and m["zero_adv_groups"] == 1.0 and m["optimizer_steps"] == 0
@@ -261,7 +262,7 @@ def test_lora_trains_adapters_only_and_the_engine_samples_the_merged_model(tmp_p
     trainer = Trainer(smoke_config(tmp_path, "lora", engine="hf", lora_rank=4, lr=5e-3), log=lambda *a: None)
     model = trainer.accelerator.unwrap_model(trainer.model)
     frozen = {k: v.clone() for k, v in model.state_dict().items() if "lora_" not in k}
-    trainer._update(real_rollouts_with_known_scores(trainer), 1)
+    trainer.update(TrajectoryGroup.of(real_rollouts_with_known_scores(trainer)), 1)
     trainer.sync_engine()
     state = model.state_dict()
     assert all(torch.equal(state[k], v) for k, v in frozen.items()), "LoRA must leave the base weights alone"

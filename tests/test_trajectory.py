@@ -179,3 +179,26 @@ def test_token_budget_truncates_and_is_recorded(chat, hf_nano):
     for t in trajs:
         assert len(t.input_ids) <= budget
         assert t.truncated or t.done
+
+
+def test_trajectory_groups_know_their_id_item_prompt_and_episodes(chat):
+    """TrajectoryGroup.of gathers episodes by group id in order of first appearance; a group is one item."""
+    from agentgym_nb.rollout.trajectory import TrajectoryGroup
+    env = envs.make("babyai")
+    first = env.reset(3)
+    episodes = []
+    for group, item, reward in [(4, 3, 1.0), (7, 9, 0.0), (4, 3, 0.0), (7, 9, 0.0)]:
+        t = Trajectory.start(chat, env.instruction, first if item == 3 else "another view", item, group)
+        t.add_reply(chat, chat.encode("turn left") + [chat.end_of_turn_id])
+        t.reward = reward
+        episodes.append(t)
+    env.close()
+    groups = TrajectoryGroup.of(episodes)
+    assert [(g.id, g.item_id, len(g.episodes)) for g in groups] == [(4, 3, 2), (7, 9, 2)]
+    assert groups[0].episodes == [episodes[0], episodes[2]]
+    assert groups[0].informative and not groups[1].informative and groups[0].scores == [1.0, 0.0]
+    prompt = Trajectory.start(chat, envs.make("babyai").instruction, first, 3).input_ids
+    assert groups[0].prompt_ids == prompt   # what the engine got before the first reply
+    episodes[3].item_id = 10
+    with pytest.raises(ValueError, match="group 7 holds episodes of items 9 and 10"):
+        TrajectoryGroup.of(episodes)

@@ -16,7 +16,7 @@ validation, the trainer and the notebooks read it. Adding an estimator is its fu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -272,6 +272,36 @@ ESTIMATORS: dict[str, Estimator] = {
                                         step_weight=c.step_weight, mode=c.mode, in_baseline=c.in_baseline), None),
                        group_baseline=True),
 }
+
+
+
+@torch.no_grad()
+def assign_credit(estimator: str, credit: Credit, *, kl_penalty: Tensor | None = None, cut: Tensor | None = None,
+                  cut_turn_discount: float = 1.0,
+                  sum_over_processes: Callable[[Tensor], Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
+    """The advantages (and returns, for estimators that have them) one update trains on:
+
+        1. r[b, t] <- r[b, t] - kl_penalty[b, t]       the KL as a reward penalty (beta * KL_t on policy tokens)
+        2. A, R <- ESTIMATORS[estimator](credit)
+        3. A <- (A - mu) / sigma                       estimators that whiten; mu, sigma over the trainable tokens of
+                                                       every process's share (`sum_over_processes` adds this
+                                                       process's masked_moments to the others')
+        4. A[b, t] <- d^(k - 1) A[b, t]                on turn k of an episode b cut by the horizon (`cut[b]`),
+                                                       d = cut_turn_discount: the turns that spent the horizon carry
+                                                       more of the blame than the last ones, which it stopped
+    """
+    spec = ESTIMATORS[estimator]
+    m = _mask_2d(credit.loss_mask)
+    if kl_penalty is not None:
+        credit = replace(credit, token_rewards=credit.token_rewards - torch.where(m, kl_penalty, 0.0))
+    adv, returns = spec.compute(credit)
+    if spec.whiten:
+        moments = masked_moments(adv, m)
+        adv = masked_whiten(adv, m, moments=sum_over_processes(moments) if sum_over_processes else moments)
+    if cut is not None and cut_turn_discount < 1:
+        later = cut_turn_discount ** (credit.turn_ids - 1).clamp(min=0)
+        adv = torch.where(cut[:, None], adv * later, adv)
+    return adv, returns
 
 
 def _mask_2d(loss_mask: Tensor) -> Tensor:

@@ -67,8 +67,9 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
                  n: int = 1, max_rounds: int = 10, params: SamplingParams | None = None,
                  max_total_tokens: int = 4096, max_concurrency: int = 64, env_timeout: float = 60.0,
                  threads: int | None = None, stats: RolloutStats | None = None,
-                 first_episode: int = 0, on_episode: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
-    """Play `n` episodes of every item (group id = position of the item in `item_ids`); return them in that order.
+                 first_episode: int = 0, group_ids: list[int] | None = None,
+                 on_episode: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
+    """Play `n` episodes of every item (group id: `group_ids[j]` for item j, default j); return them in that order.
     Episode j (item j // n) samples with turn_seed(params.seed, first_episode + j, turn): a long list played in
     chunks samples exactly what it would in one call when each chunk passes its offset.
 
@@ -82,7 +83,10 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
     params = dataclasses.replace(params, stop_token_ids=sorted(set(params.stop_token_ids) | set(chat.stop_token_ids)))
     stats = stats if stats is not None else RolloutStats()
     t0 = time.perf_counter()
-    todo = deque(enumerate(((group, item) for group, item in enumerate(item_ids) for _ in range(n)),
+    if group_ids is not None and len(group_ids) != len(item_ids):
+        raise ValueError(f"got {len(group_ids)} group ids for {len(item_ids)} items; give one per item or none")
+    groups = range(len(item_ids)) if group_ids is None else group_ids
+    todo = deque(enumerate(((group, item) for group, item in zip(groups, item_ids) for _ in range(n)),
                            start=first_episode))
     finished: list[Trajectory] = []
     waiting: dict[cf.Future, tuple[_Episode, float]] = {}   # env call in flight -> (episode, deadline)

