@@ -10,7 +10,7 @@ is above 0) is kept as `agentgym_pass@n` to show how far it is from both.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -168,6 +168,44 @@ def _block(records: list[dict], *, n: int, ks: list[int], resamples: int, seed: 
 def _mean(xs) -> float:
     xs = [float(x) for x in xs]
     return math.fsum(xs) / len(xs)   # exactly rounded, so the order records arrive in cannot change a digit
+
+
+def pass_at_k_surface(outcomes: Mapping[int, Mapping[Hashable, Sequence[float]]], ks: Sequence[int] | None = None,
+                      *, resamples: int = 2000, seed: int = 0, level: float = 0.95) -> dict:
+    """pass@k as a function of samples k and evaluation horizon T: outcomes[T][item] holds the success (0 or 1) of
+    each of the item's n samples played with at most T turns.
+
+    cell (T, k) = mean over items of pass_at_k(n, c[T][item], k), c the item's successes at T. Its interval is the
+    percentile bootstrap over items, with the same resampled items in every cell, so cells compare as paired. Items
+    are those with all n samples at every horizon (an item whose episode failed in the env is left out: `dropped`).
+    Returns {"horizons", "k", "n", "items", "dropped", "pass@k": [[cell per k] per T], "ci": [[[lo, hi] per k] per
+    T], "level"}."""
+    horizons = sorted(outcomes)
+    if not horizons:
+        raise ValueError("pass_at_k_surface needs outcomes at one horizon at least: {T: {item: [successes]}}")
+    if any(x not in (0, 1) for T in horizons for v in outcomes[T].values() for x in v):
+        raise ValueError("pass_at_k_surface: outcomes are per-sample successes, 0 or 1 (use env.success(reward))")
+    sizes = {len(v) for T in horizons for v in outcomes[T].values()}
+    n = max(sizes, default=0)
+    if n < 1:
+        raise ValueError("pass_at_k_surface: no item has a sample")
+    every = set.intersection(*[{i for i, v in outcomes[T].items() if len(v) == n} for T in horizons])
+    items = sorted(every)
+    if not items:
+        raise ValueError(f"no item has all n = {n} samples at every horizon {horizons}")
+    ks = list(range(1, n + 1)) if ks is None else sorted(set(ks))
+    for k in ks:
+        _check_counts(n, 0, k)
+    dropped = len(set().union(*[set(outcomes[T]) for T in horizons])) - len(items)
+    weights = bootstrap_weights(len(items), resamples=resamples, seed=seed)
+    table, intervals = [], []
+    for T in horizons:
+        counts = [int(sum(outcomes[T][i])) for i in items]
+        rows = np.array([[pass_at_k(n, c, k) for c in counts] for k in ks])   # [k, item]
+        table.append([float(r.mean()) for r in rows])
+        intervals.append([list(_quantiles(weights @ r / len(items), level)) for r in rows])
+    return {"horizons": horizons, "k": ks, "n": n, "items": len(items), "dropped": dropped, "pass@k": table,
+            "ci": intervals, "level": level}
 
 
 # ------------------------------------------------------------------------------------- comparing and reading runs

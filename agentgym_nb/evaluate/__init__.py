@@ -1,10 +1,12 @@
 """Evaluation a reviewer can trust: unbiased pass@k and pass^k, bootstrap intervals over items, per-category results
 (`agentgym_nb.metrics`), resumable runs (`agentgym_nb.rollout.evaluation`: the trainer and the nano build use them
-too), the paper's reported numbers as data (`paper`), and the command line (`cli`: python -m agentgym_nb.evaluate)."""
-from ..metrics import (avg_at_k, bootstrap_ci, bootstrap_weights, mean_ci, pass_at_k, pass_hat_k, summarize,
-                       wilson_interval)
+too), pass@k against the evaluation horizon (`surface`), the paper's reported numbers as data (`paper`), and the
+command line (`cli`: python -m agentgym_nb.evaluate)."""
+from ..metrics import (avg_at_k, bootstrap_ci, bootstrap_weights, mean_ci, pass_at_k, pass_at_k_surface, pass_hat_k,
+                       summarize, wilson_interval)
 from ..rollout.evaluation import evaluate, load_results
 from .paper import load_paper_results
+from .surface import horizon_surface
 
-__all__ = ["avg_at_k", "bootstrap_ci", "bootstrap_weights", "evaluate", "load_paper_results", "load_results",
-           "mean_ci", "pass_at_k", "pass_hat_k", "summarize", "wilson_interval"]
+__all__ = ["avg_at_k", "bootstrap_ci", "bootstrap_weights", "evaluate", "horizon_surface", "load_paper_results",
+           "load_results", "mean_ci", "pass_at_k", "pass_at_k_surface", "pass_hat_k", "summarize", "wilson_interval"]
