@@ -10,14 +10,13 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import envs
 from .algos.advantages import ESTIMATORS, GIGPO_MODES
-from .algos.schedule import make_schedule
+from .algos.schedule import ALIASES, SCHEDULES, check_fields
 from .paths import default_outputs_dir
 
 PRESETS = ("smoke", "cpu", "gpu", "paper")
@@ -53,7 +52,7 @@ class RunConfig:
     env_timeout: float = 60.0            # seconds per env call
     max_envs: int = 64                   # live envs (episodes in flight) at once; SciWorld: one JVM each
     # horizon schedule (ScalingInter-RL)
-    schedule: str = "stepwise"           # "fixed", "stepwise" (= scaling_inter_stepwise), "adaptive"
+    schedule: str = "stepwise"           # a name of algos.schedule.SCHEDULES: fixed, stepwise, adaptive
     rounds: list[int] = field(default_factory=lambda: [6, 13, 20])
     rounds_every: int = 100              # steps_scaling_inter
     # adaptive: the next horizon once the mean of adaptive_metric over the last adaptive_patience steps is
@@ -182,7 +181,6 @@ DOTTED_KEYS = {
 # share of what this horizon allows that the policy achieves; envs.expert_turns).
 ADAPTIVE_METRICS = ("success", "success_in_reach", "reward", "done", "turns", "cut_by_horizon",
                     "cut_by_token_budget")
-ROUNDS_CTRL_TYPES = {"fixed": "fixed", "scaling_inter_stepwise": "stepwise", "stepwise": "stepwise", "adaptive": "adaptive"}
 
 
 # The paper preset: AgentGym-RL's ScalingInter-RL training scripts (examples/train/ScalingInter-RL/<env>_train.sh,
@@ -343,8 +341,8 @@ def _apply(cfg: RunConfig, values: dict[str, Any]) -> None:
             prompt, response = (value, response) if name == "max_prompt_length" else (prompt, value)
             cfg.max_total_tokens = prompt + response
             continue
-        if name == "schedule":
-            value = ROUNDS_CTRL_TYPES.get(value, value)
+        if name == "schedule":   # AgentGym-RL's scaling_inter_stepwise is our stepwise
+            value = ALIASES.get(value, value)
         if name not in fields:
             valid = sorted(fields) + sorted(DOTTED_KEYS)
             near = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
@@ -377,10 +375,11 @@ def _parse_urls(text: str) -> str | list[str]:
 
 
 def round_schedule(cfg: RunConfig):
-    """The run's horizon schedule (agentgym_nb.algos.schedule), with the adaptive_* options when adaptive."""
-    options = dict(metric=cfg.adaptive_metric, threshold=cfg.adaptive_threshold, patience=cfg.adaptive_patience,
-                   min_steps=cfg.adaptive_min_steps) if cfg.schedule == "adaptive" else {}
-    return make_schedule(cfg.schedule, cfg.rounds, every=cfg.rounds_every, **options)
+    """The run's horizon schedule: `SCHEDULES[cfg.schedule]` (agentgym_nb.algos.schedule) made from the RunConfig
+    fields that schedule names."""
+    _check_choice("schedule", cfg.schedule, tuple(SCHEDULES))
+    kind = SCHEDULES[cfg.schedule]
+    return kind.make(**{param: getattr(cfg, name) for param, name in kind.fields.items()})
 
 
 def item_pool(cfg: RunConfig, split: str) -> list[int]:
@@ -395,7 +394,7 @@ def validate(cfg: RunConfig) -> None:
     _check_choice("env", cfg.env, envs.ENV_NAMES)
     _check_choice("preset", cfg.preset, PRESETS)
     _check_choice("engine", cfg.engine, ("auto", "vllm", "hf"))
-    _check_choice("schedule", cfg.schedule, ("fixed", "stepwise", "adaptive"))
+    _check_choice("schedule", cfg.schedule, tuple(SCHEDULES))
     _check_choice("algorithm", cfg.algorithm, tuple(ESTIMATORS))
     _check_choice("loss_agg", cfg.loss_agg, ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"))
     _check_choice("kl_type", cfg.kl_type, ("k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs"))
@@ -430,25 +429,14 @@ def validate(cfg: RunConfig) -> None:
     if cfg.clip_ratio_c is not None and not cfg.clip_ratio_c > 1:
         raise ValueError(f"clip_ratio_c (the dual clip bound) must be > 1, e.g. 3.0, or None to turn it off; "
                          f"got {cfg.clip_ratio_c!r}")
-    if not cfg.rounds or any(not isinstance(r, int) or r < 1 for r in cfg.rounds):
-        raise ValueError(f"rounds must be a non-empty list of positive integers, got {cfg.rounds!r}")
-    if cfg.schedule == "fixed" and len(cfg.rounds) != 1:
-        raise ValueError(f"a fixed schedule has one horizon: rounds=[H] (or rounds=H), got {cfg.rounds!r}")
-    for name in ("prompts_per_step", "samples_per_prompt", "oversample", "max_envs", "max_tokens", "steps", "rounds_every",
-                 "eval_items", "eval_samples", "eval_rounds", "ppo_epochs", "mini_batches", "save_every",
-                 "adaptive_patience"):
+    for name in ("prompts_per_step", "samples_per_prompt", "oversample", "max_envs", "max_tokens", "steps",
+                 "eval_items", "eval_samples", "eval_rounds", "ppo_epochs", "mini_batches", "save_every"):
         value = getattr(cfg, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    check_fields(cfg)   # rounds_every and the adaptive_* options, whichever schedule is chosen
     _check_choice("adaptive_metric", cfg.adaptive_metric, ADAPTIVE_METRICS)
-    threshold = cfg.adaptive_threshold
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
-        raise ValueError(f"adaptive_threshold must be a number (the level adaptive_metric must reach), "
-                         f"got {threshold!r}")
-    min_steps = cfg.adaptive_min_steps
-    if not isinstance(min_steps, int) or isinstance(min_steps, bool) or min_steps < 0:
-        raise ValueError(f"adaptive_min_steps must be an integer >= 0, got {min_steps!r}")
-    round_schedule(cfg)   # the schedule's own checks, e.g. a horizon ladder that shrinks
+    round_schedule(cfg)   # the chosen schedule's checks of rounds: positive, one when fixed, never shrinking
     if cfg.env_url is not None:
         urls = [cfg.env_url] if isinstance(cfg.env_url, str) else cfg.env_url
         if not isinstance(urls, list) or not urls or not all(

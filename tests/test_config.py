@@ -79,6 +79,9 @@ def test_prompt_and_response_lengths_map_as_in_agentgym_rl_scripts():
     (dict(overrides=["algorithm.rounds_ctrl.roundz=[1]"]), "did you mean 'algorithm.rounds_ctrl.rounds'"),
     (dict(overrides=["rounds"]), "expected key=value"),
     (dict(overrides=["steps=0"]), "steps must be a positive integer"),
+    (dict(overrides=["rounds_every=0"]), "rounds_every must be a positive integer"),
+    (dict(overrides=["adaptive_patience=0"]), "adaptive_patience must be a positive integer"),   # while stepwise
+    (dict(overrides=["schedule=linear"]), "unknown schedule 'linear'. Valid: fixed, stepwise, adaptive"),
     (dict(overrides=["rounds=[3,-1]"]), "positive integers"),
     (dict(algorithm="ppo2"), "unknown algorithm"),
     (dict(overrides=["test_items=[0,10]"]), "overlap"),
@@ -191,8 +194,8 @@ def test_adaptive_schedule_options_from_the_config():
 
 @pytest.mark.parametrize("override, message", [
     ("adaptive_metric=sucess", "unknown adaptive_metric 'sucess'. Did you mean 'success'"),
-    ("adaptive_threshold=high", "adaptive_threshold must be a number"),
-    ("adaptive_threshold=true", "adaptive_threshold must be a number"),
+    ("adaptive_threshold=high", "adaptive_threshold must be a finite number"),
+    ("adaptive_threshold=true", "adaptive_threshold must be a finite number"),
     ("adaptive_patience=0", "adaptive_patience must be a positive integer"),
     ("adaptive_patience=1.5", "adaptive_patience must be a positive integer"),
     ("adaptive_min_steps=-1", "adaptive_min_steps must be an integer >= 0"),

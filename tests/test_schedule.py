@@ -1,7 +1,7 @@
 """Round schedules: pure functions of the (1-based) training step."""
 import pytest
 
-from agentgym_nb.algos.schedule import adaptive, fixed, make_schedule, stepwise
+from agentgym_nb.algos.schedule import ALIASES, SCHEDULE_TYPES, SCHEDULES, adaptive, fixed, make_schedule, stepwise
 
 
 def test_fixed():
@@ -74,11 +74,11 @@ def test_adaptive_truncation_trigger():
 
 
 @pytest.mark.parametrize("build, match", [
-    (lambda: fixed(0), "positive ints"),
-    (lambda: fixed(2.5), "positive ints"),
+    (lambda: fixed(0), "positive integers"),
+    (lambda: fixed(2.5), "positive integers"),
     (lambda: stepwise([], every=10), "non-empty"),
     (lambda: stepwise([6, 3], every=10), "non-decreasing"),
-    (lambda: stepwise([6, True], every=10), "positive ints"),
+    (lambda: stepwise([6, True], every=10), "positive integers"),
     (lambda: stepwise([6, 13], every=0), "every"),
     (lambda: fixed(5).rounds_at(0), "1-based"),
     (lambda: stepwise([6], every=1).rounds_at(1.0), "1-based"),
@@ -101,3 +101,29 @@ def test_schedules_are_frozen():
     s = stepwise([6, 13, 20], every=100)
     with pytest.raises(AttributeError):
         s.every = 1
+
+
+def test_registry_makes_every_config_name_from_runconfig_fields():
+    import dataclasses
+
+    from agentgym_nb.config import RunConfig, make_config, round_schedule
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    assert set(SCHEDULE_TYPES) == set(SCHEDULES) | set(ALIASES) and set(ALIASES.values()) <= set(SCHEDULES)
+    for name, kind in SCHEDULES.items():
+        assert kind.fields["rounds"] == "rounds" and set(kind.fields.values()) <= fields
+        rounds = [4] if name == "fixed" else [2, 4]
+        cfg = make_config(preset="smoke", schedule=name, rounds=rounds, rounds_every=3)
+        assert round_schedule(cfg) == make_schedule(name, rounds, every=3)
+    # an AgentGym-RL name is stored as ours
+    assert make_config(preset="smoke", overrides=["algorithm.rounds_ctrl.type=scaling_inter_stepwise"]).schedule \
+        == "stepwise"
+
+
+def test_describe_and_reads():
+    assert stepwise([2, 4], every=3).describe(7) == "steps 1-3: H=2; steps 4-7: H=4"
+    assert fixed(5).describe(4) == "steps 1-4: H=5"
+    assert adaptive([2, 4], metric="cut_by_horizon", threshold=0.8, patience=3, min_steps=4).describe(10) == (
+        "H=2 -> 4, the next one once the mean cut_by_horizon of the last 3 steps is >= 0.8, after at least 4 steps "
+        "at the current one")
+    assert fixed(5).reads == stepwise([2], every=1).reads == ()
+    assert adaptive([2, 4], metric="success_in_reach").reads == ("success_in_reach",)

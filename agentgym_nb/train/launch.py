@@ -190,17 +190,6 @@ def launch_plan(cfg: RunConfig) -> list[str]:
 
 def plan(cfg: RunConfig) -> str:
     """What a run of `cfg` will do, without building anything (what `--dry-run` prints)."""
-    schedule = round_schedule(cfg)
-    stages, start = [], 1
-    if cfg.schedule == "adaptive":   # its horizons follow the metrics the run will log
-        stages.append(f"H={' -> '.join(map(str, cfg.rounds))}, the next one once the mean {cfg.adaptive_metric} of "
-                      f"the last {cfg.adaptive_patience} steps is >= {cfg.adaptive_threshold:g}, after at least "
-                      f"{max(cfg.adaptive_min_steps, cfg.adaptive_patience)} steps at the current one")
-    else:
-        for step in range(1, cfg.steps + 1):   # contiguous step ranges with the same horizon
-            if step == cfg.steps or schedule.rounds_at(step + 1) != schedule.rounds_at(step):
-                stages.append(f"steps {start}-{step}: H={schedule.rounds_at(step)}")
-                start = step + 1
     train, test = item_pool(cfg, "train"), item_pool(cfg, "test")
     episodes = cfg.prompts_per_step * cfg.oversample * cfg.samples_per_prompt
     urls = [cfg.env_url] if isinstance(cfg.env_url, str) else cfg.env_url or []
@@ -215,7 +204,7 @@ def plan(cfg: RunConfig) -> str:
         f"KL {cfg.kl_type} x {cfg.kl_coef:g} ({'in the reward' if cfg.kl_in_reward else 'loss'}), "
         f"entropy x {cfg.entropy_coef:g}, {'LoRA r=%d' % cfg.lora_rank if cfg.lora_rank else 'full fine-tuning'}, "
         f"{'bf16 autocast' if cfg.bf16 else 'fp32'}",
-        f"horizon ({cfg.schedule}): " + "; ".join(stages),
+        f"horizon ({cfg.schedule}): {round_schedule(cfg).describe(cfg.steps)}",
         f"total: {cfg.steps} steps, {cfg.steps * episodes:,} episodes, checkpoint every {cfg.save_every} steps",
         f"engine: {cfg.engine}; env: {', '.join(urls) or 'in-process'}",
         *launch_plan(cfg),

@@ -17,12 +17,12 @@ import shutil
 
 from tqdm.auto import tqdm
 
+from ..algos.schedule import SCHEDULES
 from ..config import RunConfig, make_config
 from .checkpoint import checkpoint_dir
 from .rl import Trainer
 
 NOT_LEARNING = ("name", "out_dir", "threads")   # settings that do not change what a run learns
-SCHEDULES = ("fixed", "stepwise", "adaptive")
 # The adaptive arm of notebook 05 and the horizon study: the next horizon once, over its last 5 steps, the policy
 # solves 15% of the training episodes the current horizon can solve at all (items whose expert needs at most H
 # turns): a threshold relative to what the horizon allows, which a short horizon can reach. 15% is three times what

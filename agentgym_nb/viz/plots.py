@@ -9,7 +9,6 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..algos.schedule import AdaptiveSchedule
 
 PANELS = [("reward", "mean episode reward"), ("success", "success rate (train episodes)"),
           ("max_rounds", "horizon H (max turns)"), ("turns", "turns per episode"), ("kl", "KL to reference (k3)"),
@@ -267,17 +266,17 @@ def plot_paper_beside_ours(paper_rows: list[dict], our_rows: list[dict], *, path
 
 def plot_schedules(schedules: dict, steps: int, *, ax=None, path: str | None = None, title: str = ""):
     """The horizon H each schedule gives every training step 1..steps, as step lines: {label: schedule} with
-    schedules from agentgym_nb.algos.schedule (an adaptive one is drawn as it would run if it never advanced: its
-    stages depend on the run's own metrics)."""
+    schedules from agentgym_nb.algos.schedule (one that reads the run's metrics, such as adaptive, is drawn as it
+    would run if it never advanced: its stages depend on those metrics)."""
     own = ax is None
     if own:
         fig, ax = plt.subplots(figsize=(7, 2.8), constrained_layout=True)
     xs = list(range(1, steps + 1))
     for i, (label, schedule) in enumerate(schedules.items()):
-        adaptive = isinstance(schedule, AdaptiveSchedule)
-        ys = [schedule.rounds[0] if adaptive else schedule.rounds_at(k) for k in xs]
+        from_metrics = bool(schedule.reads)
+        ys = [schedule.rounds[0] if from_metrics else schedule.rounds_at(k) for k in xs]
         ax.step(xs, ys, where="post", lw=2, ls=["-", "--", ":", "-."][i % 4],
-                label=label + (" (until its metric says: grow)" if adaptive else ""))
+                label=label + (" (until its metric says: grow)" if from_metrics else ""))
     ax.set_xlabel("training step")
     ax.set_ylabel("horizon H (max turns)")
     return finish(ax, title=title, path=path if own else None)
