@@ -39,7 +39,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from agentgym_nb.envs.http import IdBody, ResetBody, StepBody, free_ports  # noqa: E402  (FastAPI resolves body types by name)
+from agentgym_nb.envs.http import free_ports  # noqa: E402
+from agentgym_nb.envs.wire import IdBody, ResetBody, StepBody  # noqa: E402  (FastAPI resolves body types by name)
 from _common import machine, versions  # bench/_common.py
 
 SERVERS = ("agentgym", "agentgym-nogc", "ours", "ours-2w")

@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 
 from agentgym_nb.envs import EnvError, connect, make
-from agentgym_nb.envs.http import answer
+from agentgym_nb.envs.wire import answer
 from agentgym_nb.envs.sciworld import JVMS, NUM_GAMES, item_id_of
 from agentgym_nb.envs.textcraft import expert_replies
 from conftest import loopback_server

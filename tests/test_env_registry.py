@@ -7,6 +7,7 @@ import pytest
 
 from agentgym_nb import envs
 from agentgym_nb.config import item_pool, make_config
+from agentgym_nb.envs import registry as env_registry
 from agentgym_nb.envs.base import Env, Episodes, Levels, Step, Track
 from conftest import loopback_server
 
@@ -52,12 +53,12 @@ def countdown(tmp_path, monkeypatch):
     for split, ids in (("train", range(0, 40)), ("test", range(1000, 1010))):
         (tmp_path / f"countdown_{split}.json").write_text(json.dumps([{"item_id": f"countdown_{i}"} for i in ids]))
     monkeypatch.setattr(Countdown, "items_dir", str(tmp_path))
-    registry = dict(envs._REGISTRY)
+    registry = dict(env_registry._REGISTRY)
     envs.register("countdown", Countdown)
     yield Countdown
-    envs._REGISTRY.clear()
-    envs._REGISTRY.update(registry)
-    envs.ENV_NAMES = tuple(registry)
+    env_registry._REGISTRY.clear()
+    env_registry._REGISTRY.update(registry)
+    env_registry.ENV_NAMES = tuple(registry)
 
 
 def test_a_registered_env_gets_presets_tracks_and_levels(countdown):

@@ -126,7 +126,7 @@ class Env(abc.ABC):
     title: str  # AgentGym's display name ("This is environment BabyAI.")
     task_instruction: str  # AgentGym's conversation_start[0], verbatim
     acknowledgement: str = ACKNOWLEDGEMENT  # ... and conversation_start[1]
-    # Wire formats that differ from BabyAI's (see envs/http.py): a function (app, pool, cls) adding the server's
+    # Wire formats that differ from BabyAI's (see envs/wire.py): a function (app, pool, cls) adding the server's
     # endpoints, and the HTTPEnv subclass that speaks to such a server.
     http_routes = None
     http_client = None

@@ -39,7 +39,7 @@ from scienceworld import ScienceWorldEnv
 from scienceworld.constants import BASEPATH, ID2TASK, JAR_PATH
 
 from .base import Env, EnvError, EnvStateError, Episodes, Levels, Step, Track, check_action_length, check_item_id
-from .http import HTTPEnv, IdBody, ResetBody, StepBody, answer, running
+from .wire import HTTPEnv, IdBody, ResetBody, StepBody, answer, running
 
 INSTRUCTION = (
     'You are an agent for science world. Every round I will give you an observation, you have to respond an action '

@@ -46,7 +46,7 @@ from fastapi.exceptions import RequestValidationError
 from ..paths import default_outputs_dir
 from . import searchqa_corpus
 from .base import ActionTooLong, Env, EnvStateError, Episodes, Step, Track, check_action_length, check_item_id
-from .http import EnvIdxBody, EnvIdxStepBody, HTTPEnv, IdBody, UnknownEnv, answer, error_answer, on_env
+from .wire import EnvIdxBody, EnvIdxStepBody, HTTPEnv, IdBody, UnknownEnv, answer, error_answer, on_env
 from .searchqa_corpus import normalize_answer
 
 # AgentGym's SearchQAEnvClient.conversation_start, verbatim

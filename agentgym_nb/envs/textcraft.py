@@ -47,7 +47,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 
 from .base import Env, Episodes, InvalidAction, Levels, Step, Track, check_action_length, check_item_id, react_action
-from .http import EnvPool, HTTPEnv, IdBody, ResetBody, StepBody, answer, on_env
+from .wire import EnvPool, HTTPEnv, IdBody, ResetBody, StepBody, answer, on_env
 
 INSTRUCTION = (
     'You are given few useful crafting recipes to craft items in Minecraft. Crafting commands are of the format '

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..base import EnvError, EnvStateError, Step
-from ..http import EnvIdxBody, EnvIdxStepBody, HTTPEnv, answer, on_env
+from ..wire import EnvIdxBody, EnvIdxStepBody, HTTPEnv, answer, on_env
 from .env import WebArena
 
 
