@@ -16,8 +16,10 @@ from typing import Any
 
 from . import envs
 from .algos.advantages import ESTIMATORS, GIGPO_MODES
+from .algos.losses import AGG_MODES, KL_KINDS
 from .algos.schedule import ALIASES, SCHEDULES, check_fields
 from .paths import default_outputs_dir
+from .rollout.engine import ENGINE_KINDS
 
 PRESETS = ("smoke", "cpu", "gpu", "paper")
 
@@ -393,11 +395,11 @@ def item_pool(cfg: RunConfig, split: str) -> list[int]:
 def validate(cfg: RunConfig) -> None:
     _check_choice("env", cfg.env, envs.ENV_NAMES)
     _check_choice("preset", cfg.preset, PRESETS)
-    _check_choice("engine", cfg.engine, ("auto", "vllm", "hf"))
+    _check_choice("engine", cfg.engine, ENGINE_KINDS)
     _check_choice("schedule", cfg.schedule, tuple(SCHEDULES))
     _check_choice("algorithm", cfg.algorithm, tuple(ESTIMATORS))
-    _check_choice("loss_agg", cfg.loss_agg, ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"))
-    _check_choice("kl_type", cfg.kl_type, ("k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs"))
+    _check_choice("loss_agg", cfg.loss_agg, AGG_MODES)
+    _check_choice("kl_type", cfg.kl_type, tuple(KL_KINDS))
     if cfg.kl_in_reward and not ESTIMATORS[cfg.algorithm].token_level:
         token_level = [name for name, e in ESTIMATORS.items() if e.token_level]
         raise ValueError(f"kl_in_reward puts the KL into per-token rewards, which only {' and '.join(token_level)} "

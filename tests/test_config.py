@@ -258,3 +258,16 @@ def test_bad_horizon_cut_options_are_named(overrides, message):
     for algorithm in ("grpo", "rloo", "gigpo"):   # the estimators with a group baseline take both
         make_config(preset="smoke", overrides=[f"algorithm={algorithm}", "cut_out_of_baseline=True",
                                                "cut_turn_discount=0.5"])
+
+
+def test_validation_accepts_exactly_what_the_owners_list():
+    """The names validation accepts are the owners' lists (losses, engine, advantages), not copies of them."""
+    from agentgym_nb.algos.advantages import ESTIMATORS, GIGPO_MODES
+    from agentgym_nb.algos.losses import AGG_MODES, KL_KINDS
+    from agentgym_nb.rollout.engine import ENGINE_KINDS
+    for field, names in (("loss_agg", AGG_MODES), ("kl_type", tuple(KL_KINDS)), ("engine", ENGINE_KINDS),
+                         ("gigpo_mode", GIGPO_MODES), ("algorithm", tuple(ESTIMATORS))):
+        for name in names:
+            assert getattr(make_config(preset="smoke", **{field: name}), field) == name
+        with pytest.raises(ValueError, match=re.escape(f"unknown {field} 'nope'. Valid: {', '.join(names)}")):
+            make_config(preset="smoke", **{field: "nope"})
