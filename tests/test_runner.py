@@ -1,5 +1,7 @@
 """The runner under env failure: a server that dies mid-rollout and a server that never answers both end their
 episodes as `failed` with the reason, in bounded time; nothing is turned into a silent zero reward."""
+import concurrent.futures as cf
+import copy
 import socket
 import threading
 import time
@@ -7,9 +9,12 @@ import time
 import pytest
 
 from agentgym_nb import envs
+from agentgym_nb.envs.base import EnvError
 from agentgym_nb.envs.http import start_server
-from agentgym_nb.rollout.engine import SamplingParams
-from agentgym_nb.rollout.runner import anchor_of, run_episodes
+from agentgym_nb.rollout.engine import Completion, SamplingParams
+from agentgym_nb.rollout.runner import (RolloutStats, add_completion, anchor_of, fold_env_reply, reset_env,
+                                        run_episodes, step_env)
+from agentgym_nb.rollout.trajectory import Trajectory
 
 
 @pytest.fixture
@@ -141,3 +146,91 @@ def test_episodes_carry_the_group_ids_they_were_given(hf_nano, chat):
     assert [t.input_ids for t in default] == [t.input_ids for t in trajs]   # the numbering changes nothing else
     with pytest.raises(ValueError, match="got 1 group ids for 2 items"):
         run_episodes(hf_nano, lambda: envs.make("babyai"), [3, 8], chat, group_ids=[5])
+
+
+
+# ------------------------------------------------------------------------- the steps of an episode, one by one
+def _done(call) -> cf.Future:
+    """The outcome of `call()` (its result or its exception) as a finished Future, as the runner's env pool gives."""
+    fut = cf.Future()
+    try:
+        fut.set_result(call())
+    except Exception as error:  # noqa: BLE001
+        fut.set_exception(error)
+    return fut
+
+
+def test_add_completion_cuts_a_reply_to_the_room_the_budget_leaves(chat):
+    """room = budget - len(input_ids) - 1; a reply that sampled its own end-of-turn may take one token more."""
+    start = Trajectory.start(chat, [{"content": "go"}, {"content": "ok"}], "a room", item_id=0)
+    budget = len(start.input_ids) + 5   # room 4
+    word, eot = chat.encode("left")[0], chat.end_of_turn_id
+
+    def add(ids):
+        t = copy.deepcopy(start)
+        return t, add_completion(t, Completion(ids, [-0.5] * len(ids), "stop"), chat, budget)
+
+    t, text = add([word] * 4 + [eot])   # 5 tokens, closed: room + 1 fits, and no end-of-turn is added
+    assert text is not None and not t.truncated and len(t.input_ids) == budget
+    t, text = add([word] * 4)           # 4 tokens, open: room fits, with the template's end-of-turn
+    assert text is not None and not t.truncated and len(t.input_ids) == budget
+    for too_long in ([word] * 5 + [eot], [word] * 5):   # one token over: cut to the room's 4, not sent
+        t, text = add(too_long)
+        assert text is None and t.truncated and t.num_policy_tokens == 4
+        assert len(t.input_ids) == budget and t.input_ids[-1] == eot and t.sampled_logprobs == [-0.5] * 4
+
+
+def _reply(chat, text: str) -> Completion:
+    return Completion(chat.encode(text) + [chat.end_of_turn_id], None, "stop")
+
+
+def test_fold_env_reply_plays_the_expert_through_an_episode(chat):
+    """reset_env, add_completion, step_env and fold_env_reply, called one by one as a lockstep schedule does,
+    play the expert's episode to its success; each turn still to come has its state recorded."""
+    env = envs.make("babyai")
+    try:
+        replies = env.expert(7)
+        stats, kw = RolloutStats(), dict(max_rounds=len(replies), max_total_tokens=4096)
+        t, more = fold_env_reply(Trajectory(item_id=7, group=3), env, _done(lambda: reset_env(env, 7)), chat,
+                                 stats=stats, **kw)
+        assert more and (t.item_id, t.group, t.num_rounds, len(t.anchors)) == (7, 3, 0, 1)
+        assert t.anchors[0] == anchor_of(env.state_key(t.messages[-1]["content"]))
+        for k, reply in enumerate(replies, 1):
+            text = add_completion(t, _reply(chat, reply), chat, kw["max_total_tokens"])
+            outcome = _done(lambda: step_env(env, text, k == len(replies)))
+            t, more = fold_env_reply(t, env, outcome, chat, stats=stats, **kw)
+            assert stats.env_steps == k and t.num_rounds == k and t.reward == outcome.result()[1].reward
+            assert more == (k < len(replies)) and len(t.anchors) == k + more
+        assert t.done and t.success and not t.truncated and t.failed is None
+    finally:
+        env.close()
+
+
+def test_fold_env_reply_ends_an_episode_at_the_horizon_the_budget_or_an_env_error(chat):
+    env = envs.make("babyai")
+    try:
+        first = reset_env(env, 7)
+        t, more = fold_env_reply(Trajectory(item_id=7), env, _done(lambda: first), chat, max_rounds=1,
+                                 max_total_tokens=4096)
+        n = len(t.input_ids)
+        for budget, goes_on in ((n, False), (n + 1, True)):   # a budget of the first prompt's length ends it
+            again, more = fold_env_reply(Trajectory(item_id=7), env, _done(lambda: first), chat, max_rounds=1,
+                                         max_total_tokens=budget)
+            assert more == goes_on and again.truncated == (not goes_on)
+        text = add_completion(t, _reply(chat, env.expert(7)[0]), chat, 4096)
+        step = step_env(env, text, last_turn=True)
+        assert step[2] is None   # no turn follows the last: no state to record
+        ended, more = fold_env_reply(copy.deepcopy(t), env, _done(lambda: step), chat, max_rounds=1,
+                                     max_total_tokens=4096)
+        assert not more and not ended.done and not ended.truncated and ended.anchors == t.anchors
+        cut, more = fold_env_reply(copy.deepcopy(t), env, _done(lambda: step), chat, max_rounds=5,
+                                   max_total_tokens=len(t.input_ids) + 2)   # the observation does not fit
+        assert not more and cut.truncated and len(cut.input_ids) == len(t.input_ids)
+        for error, said in ((EnvError("http://x: server gone"), "http://x: server gone"),
+                            (ValueError("not enough values to unpack"), "ValueError: not enough values to unpack")):
+            raised = cf.Future()
+            raised.set_exception(error)
+            failed, more = fold_env_reply(copy.deepcopy(t), env, raised, chat, max_rounds=5, max_total_tokens=4096)
+            assert not more and failed.failed == said and failed.num_rounds == t.num_rounds
+    finally:
+        env.close()

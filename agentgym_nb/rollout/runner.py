@@ -25,8 +25,8 @@ from typing import Callable
 
 import torch
 
-from ..envs.base import Env, EnvError
-from .engine import Engine, SamplingParams
+from ..envs.base import Env, EnvError, Step
+from .engine import Completion, Engine, SamplingParams
 from .trajectory import ChatFormat, Trajectory
 
 LINGER = 0.5   # wait for more env replies up to this share of the previous generate call's duration, ...
@@ -111,7 +111,7 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
 
     def finish(ep: _Episode) -> None:
         if ep.env is not None:
-            fut = closer.submit(_close_quietly, ep.env)
+            fut = closer.submit(close_quietly, ep.env)
             unclosed.append(fut)
             if not ep.traj.failed:
                 closing.append(fut)
@@ -138,7 +138,9 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
                 done = [f for f in waiting if f.done()]
             for fut in done:
                 ep, _ = waiting.pop(fut)
-                if _collect(fut, ep, chat, max_rounds, max_total_tokens, stats):
+                ep.traj, more = fold_env_reply(ep.traj, ep.env, fut, chat, max_rounds=max_rounds,
+                                               max_total_tokens=max_total_tokens, stats=stats)
+                if more:
                     ready.append(ep)
                 else:
                     finish(ep)
@@ -147,7 +149,7 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
                 ep.traj.failed = f"env call timed out after {env_timeout:.0f}s"
                 finish(ep)
                 # a create/reset that answers after its deadline still holds an env (a server slot): close it then
-                fut.add_done_callback(lambda f, ep=ep: ep.env is not None and _close_quietly(ep.env))
+                fut.add_done_callback(lambda f, ep=ep: ep.env is not None and close_quietly(ep.env))
             if ready:
                 batch, ready = ready, []
                 tg = time.perf_counter()
@@ -157,17 +159,11 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
                 last_generate = time.perf_counter() - tg
                 stats.generate_seconds += last_generate
                 for ep, c in zip(batch, completions):
-                    ids, logprobs = c.token_ids, c.logprobs
-                    room = max_total_tokens - len(ep.traj.input_ids) - 1   # for the end-of-turn a cut reply gets
-                    closed = bool(ids) and ids[-1] == chat.end_of_turn_id   # sampled its own: needs none added
-                    if len(ids) > room + closed:
-                        ids, logprobs = ids[:max(room, 0)], logprobs[:max(room, 0)]
-                        ep.traj.truncated = True
-                    text = ep.traj.add_reply(chat, ids, logprobs)
-                    if ep.traj.truncated:   # a reply cut by the budget is not a whole action: do not send it
+                    text = add_completion(ep.traj, c, chat, max_total_tokens)
+                    if text is None:
                         finish(ep)
                     else:
-                        waiting[pool.submit(_step, ep, text, ep.traj.num_rounds >= max_rounds)] = (
+                        waiting[pool.submit(step_env, ep.env, text, ep.traj.num_rounds >= max_rounds)] = (
                             ep, time.monotonic() + env_timeout)
         cf.wait(closing, timeout=env_timeout)
     finally:
@@ -198,15 +194,22 @@ def _gather(waiting: dict, until: float) -> set[cf.Future]:
 
 
 def _reset(env_factory, ep: _Episode, item_id: int):
-    ep.env = env_factory()
-    observation = ep.env.reset(item_id)
-    return "reset", observation, anchor_of(ep.env.state_key(observation))
+    ep.env = env_factory()   # set before the reset: an env whose reset fails is still closed
+    return reset_env(ep.env, item_id)
 
 
-def _step(ep: _Episode, text: str, last_turn: bool):
-    """Step the env; the state the next turn will act in, unless the episode ends here."""
-    step = ep.env.step(text)
-    return "step", step, None if step.done or last_turn else anchor_of(ep.env.state_key(step.observation))
+def reset_env(env: Env, item_id: int) -> tuple[str, str, str]:
+    """Reset `env` to item `item_id`; returns the reply `fold_env_reply` takes: ("reset", the first observation,
+    the anchor of the state the first turn acts in)."""
+    observation = env.reset(item_id)
+    return "reset", observation, anchor_of(env.state_key(observation))
+
+
+def step_env(env: Env, text: str, last_turn: bool) -> tuple[str, Step, str | None]:
+    """Send one reply's text to `env`; returns the reply `fold_env_reply` takes: ("step", the Step, the anchor of
+    the state the next turn acts in, or None when no turn follows: the env said done, or `last_turn`)."""
+    step = env.step(text)
+    return "step", step, None if step.done or last_turn else anchor_of(env.state_key(step.observation))
 
 
 def anchor_of(state_key) -> str:
@@ -215,48 +218,73 @@ def anchor_of(state_key) -> str:
     return hashlib.sha1(repr(state_key).encode()).hexdigest()[:16]
 
 
-def _close_quietly(env: Env) -> None:
+def close_quietly(env: Env) -> None:
+    """Close `env`, ignoring its errors: closing is best effort, the episode's data is already safe."""
     try:
         env.close()
-    except Exception:   # closing is best effort: the episode's data is already safe
+    except Exception:
         pass
 
 
-def _collect(fut: cf.Future, ep: _Episode, chat: ChatFormat, max_rounds: int, max_total_tokens: int,
-             stats: RolloutStats) -> bool:
-    """Fold an env reply into the trajectory. Returns True if the episode wants another generation."""
-    t = ep.traj
+def add_completion(traj: Trajectory, completion: Completion, chat: ChatFormat, max_total_tokens: int) -> str | None:
+    """Append one sampled reply to `traj`; returns its text for the env, or None when the token budget cut it.
+
+    room = max_total_tokens - len(input_ids) - 1 (the 1: the end-of-turn the template adds to a reply that did not
+    sample its own). A reply longer than room (room + 1 if it ends with its own end-of-turn) keeps its first room
+    tokens and marks `traj` truncated: a cut reply is not a whole action, so it is not sent to the env."""
+    ids, logprobs = completion.token_ids, completion.logprobs
+    room = max_total_tokens - len(traj.input_ids) - 1
+    closed = bool(ids) and ids[-1] == chat.end_of_turn_id
+    if len(ids) > room + closed:
+        ids, logprobs = ids[:max(room, 0)], logprobs[:max(room, 0)]
+        traj.truncated = True
+    text = traj.add_reply(chat, ids, logprobs)
+    return None if traj.truncated else text
+
+
+def fold_env_reply(traj: Trajectory, env: Env | None, reply: cf.Future, chat: ChatFormat, *, max_rounds: int,
+                   max_total_tokens: int, stats: RolloutStats | None = None) -> tuple[Trajectory, bool]:
+    """Fold one env call's outcome (a done Future of `reset_env` or `step_env`) into the episode's trajectory.
+    Returns the trajectory (a new one after a reset, with `traj`'s item and group) and whether the episode wants
+    another reply.
+
+    An exception marks `traj` failed with its text (an env bug is a failure of the env, never a zero reward). A
+    step sets reward, success and done, counts an invalid action, appends the observation and counts an env step
+    in `stats`. The episode goes on unless the env said done, the observation does not fit under
+    `max_total_tokens` (truncated), or it has made `max_rounds` replies; the anchor of the state the next turn acts
+    in is recorded only when it goes on."""
     try:
-        kind, result, state = fut.result()
+        kind, result, state = reply.result()
     except EnvError as e:
-        t.failed = str(e)
-        return False
-    except Exception as e:   # an env bug is a failure of the env, not a zero reward
-        t.failed = f"{type(e).__name__}: {e}"
-        return False
+        traj.failed = str(e)
+        return traj, False
+    except Exception as e:
+        traj.failed = f"{type(e).__name__}: {e}"
+        return traj, False
     if kind == "reset":
-        ep.traj = Trajectory.start(chat, ep.env.instruction, result, t.item_id, t.group)
-        ep.traj.anchors.append(state)
-        if len(ep.traj.input_ids) >= max_total_tokens:
-            ep.traj.truncated = True
-            return False
-        return True
+        traj = Trajectory.start(chat, env.instruction, result, traj.item_id, traj.group)
+        traj.anchors.append(state)
+        if len(traj.input_ids) >= max_total_tokens:
+            traj.truncated = True
+            return traj, False
+        return traj, True
     step = result
-    stats.env_steps += 1
-    t.reward = float(step.reward)
-    t.success = ep.env.success(t.reward)
-    t.done = bool(step.done)
-    t.invalid_actions += step.info.get("valid") is False
-    fits = t.add_observation(chat, step.observation, budget=max_total_tokens)
-    if t.done:
-        return False
+    if stats is not None:
+        stats.env_steps += 1
+    traj.reward = float(step.reward)
+    traj.success = env.success(traj.reward)
+    traj.done = bool(step.done)
+    traj.invalid_actions += step.info.get("valid") is False
+    fits = traj.add_observation(chat, step.observation, budget=max_total_tokens)
+    if traj.done:
+        return traj, False
     if not fits:
-        t.truncated = True
-        return False
-    if t.num_rounds >= max_rounds:
-        return False
-    t.anchors.append(state)
-    return True
+        traj.truncated = True
+        return traj, False
+    if traj.num_rounds >= max_rounds:
+        return traj, False
+    traj.anchors.append(state)
+    return traj, True
 
 
 def write_rollout_log(path: str, trajectories: list[Trajectory], **extra) -> None:
