@@ -304,7 +304,7 @@ def parse_overrides(overrides: list[str] | dict | None) -> dict[str, Any]:
     if isinstance(overrides, dict):
         return dict(overrides)
     if isinstance(overrides, str):   # papermill -p overrides '["a=1","b=2"]' passes the list as text
-        overrides = _parse_value(overrides) if overrides.lstrip().startswith("[") else [overrides]
+        overrides = parse_list(overrides, "overrides") if overrides.lstrip().startswith("[") else [overrides]
     out = {}
     for item in overrides:
         if "=" not in item:
@@ -320,6 +320,23 @@ def _parse_value(raw: str) -> Any:
         return json.loads(raw)
     except json.JSONDecodeError:
         return {"True": True, "False": False, "None": None}.get(raw, raw)
+
+
+def parse_list(value: Any, what: str) -> list:
+    """A list as papermill -p, a key=value override or a command line gives it: a list or tuple; JSON text
+    ("[2, 4]", '["a", "b"]'); comma-separated text ("2,4", "a, b"), each item read as one value ("2" -> 2,
+    "a" -> "a"); or one value ("2" -> [2], 2 -> [2])."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{what} {value!r} starts with '[' but is not a JSON list ({e.msg}): write e.g. "
+                                 '[2, 4] or ["a", "b"], or 2,4 without brackets') from None
+        else:
+            value = [_parse_value(item.strip()) for item in text.split(",")]
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def prompt_tokens(cfg: RunConfig) -> int:
@@ -351,12 +368,8 @@ def _apply(cfg: RunConfig, values: dict[str, Any]) -> None:
             hint = f"; did you mean {near[0]!r}?" if near else ""
             raise ValueError(f"unknown config key {key!r}{hint} (valid: RunConfig fields or AgentGym-RL keys such as "
                              "'algorithm.rounds_ctrl.rounds')")
-        if name in ("rounds", "levels", "train_items", "test_items", "trackers") and isinstance(value, str):
-            value = _parse_value(value)   # papermill -p passes lists as text: "[2, 4, 8]"
-        if name in ("rounds", "levels") and isinstance(value, int) and not isinstance(value, bool):
-            value = [value]
-        if name == "trackers" and isinstance(value, str):   # one name: "tensorboard"
-            value = [value]
+        if name in ("rounds", "levels", "train_items", "test_items", "trackers") and value is not None:
+            value = parse_list(value, key)   # papermill -p passes lists as text: "[2, 4, 8]"; one value: "3"
         if name in ("train_items", "test_items") and value is not None:
             value = tuple(value)
         if name == "env_url" and isinstance(value, str):
@@ -369,11 +382,8 @@ def _apply(cfg: RunConfig, values: dict[str, Any]) -> None:
 def _parse_urls(text: str) -> str | list[str]:
     """env_url as text (papermill -p, key=value): "http://a" stays one URL; "http://a,http://b" and
     '["http://a", "http://b"]' become a list."""
-    text = text.strip()
-    if text.startswith("["):
-        return _parse_value(text)
-    urls = [u.strip() for u in text.split(",")]
-    return urls if len(urls) > 1 else urls[0]
+    urls = parse_list(text, "env_url")
+    return urls if len(urls) > 1 or text.strip().startswith("[") else urls[0]
 
 
 def round_schedule(cfg: RunConfig):
@@ -448,9 +458,9 @@ def validate(cfg: RunConfig) -> None:
     for name in ("train_items", "test_items"):
         if getattr(cfg, name) is None:
             continue
-        lo, hi = getattr(cfg, name)
-        if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo < hi):
-            raise ValueError(f"{name} must be [start, stop) with 0 <= start < stop, got {(lo, hi)!r}")
+        span = getattr(cfg, name)
+        if not (len(span) == 2 and all(isinstance(x, int) for x in span) and 0 <= span[0] < span[1]):
+            raise ValueError(f"{name} must be [start, stop) with 0 <= start < stop, got {span!r}")
     spec = envs.env_class(cfg.env)
     if cfg.track is not None:
         _check_choice(f"track of {cfg.env}", cfg.track, tuple(spec.tracks))

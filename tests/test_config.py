@@ -232,11 +232,33 @@ def test_env_url_takes_one_url_or_a_list(given, parsed):
         assert make_config(preset="smoke", overrides=[f"agentgym.env_addr={given}"]).env_url == parsed
 
 
-@pytest.mark.parametrize("given", ["127.0.0.1:36002", "ftp://a:1", "http://a:1,", "http://", "", [], ["http://a", 3],
-                                   "[http://a:1]"])
+@pytest.mark.parametrize("given", ["127.0.0.1:36002", "ftp://a:1", "http://a:1,", "http://", "", [], ["http://a", 3]])
 def test_bad_env_url_is_named(given):
     with pytest.raises(ValueError, match="env_url must be an http:// or https:// URL"):
         make_config(preset="smoke", overrides={"env_url": given})
+    with pytest.raises(ValueError, match="env_url '.http://a:1.' starts with '.' but is not a JSON list"):
+        make_config(preset="smoke", overrides={"env_url": "[http://a:1]"})   # JSON strings need quotes
+
+
+@pytest.mark.parametrize("given, parsed", [
+    ([2, 4], [2, 4]), ((2, 4), [2, 4]), ("[2, 4]", [2, 4]), ("2,4", [2, 4]), (" 2, 4 ", [2, 4]), ("2", [2]), (2, [2]),
+    ('["a", "b"]', ["a", "b"]), ("a, b", ["a", "b"]), ("fixed20", ["fixed20"]), ("1e-3,true", [1e-3, True]),
+])
+def test_one_list_parser_for_papermill_and_the_command_line(given, parsed):
+    from agentgym_nb.config import parse_list
+    from agentgym_nb.train.runs import listed
+    assert parse_list(given, "x") == parsed
+    assert listed(given, "x") == parsed
+
+
+def test_the_parser_behind_evaluation_ks_and_config_lists():
+    from agentgym_nb.evaluate.cli import parse_ks
+    assert parse_ks("4,1,2,", 4) == parse_ks("[1, 2, 4]", 4) == [1, 2, 4]
+    with pytest.raises(ValueError, match="--k must be comma-separated integers"):
+        parse_ks("1,two", 4)
+    with pytest.raises(ValueError, match=re.escape("rounds '[2, 4' starts with '[' but is not a JSON list")):
+        make_config(preset="smoke", overrides={"rounds": "[2, 4"})
+    assert make_config(preset="smoke", overrides=["rounds=2,4"]).rounds == [2, 4]
 
 
 def test_a_pretrained_model_at_the_cpu_preset_gets_micro_batches_its_vocabulary_fits():

@@ -10,7 +10,7 @@ import json
 import os
 
 from .. import envs, models
-from ..config import RunConfig, item_pool, make_config
+from ..config import RunConfig, item_pool, make_config, parse_list
 from ..paths import default_outputs_dir
 from ..rollout.engine import SamplingParams, make_engine
 from ..rollout.trajectory import ChatFormat
@@ -19,11 +19,11 @@ from ..rollout.evaluation import evaluate
 
 
 def parse_ks(text: str, n: int) -> list[int]:
-    """"1,2,4" -> [1, 2, 4]; every k must be in [1, n]."""
-    try:
-        ks = sorted({int(k) for k in text.split(",") if k.strip()})
-    except ValueError:
-        raise ValueError(f"--k must be comma-separated integers such as 1,2,4,8,16, got {text!r}") from None
+    """"1,2,4" (or "[1, 2, 4]") -> [1, 2, 4]; every k must be in [1, n]."""
+    ks = [k for k in parse_list(text, "--k") if k != ""]
+    if not all(isinstance(k, int) and not isinstance(k, bool) for k in ks):
+        raise ValueError(f"--k must be comma-separated integers such as 1,2,4,8,16, got {text!r}")
+    ks = sorted(set(ks))
     bad = [k for k in ks if not 1 <= k <= n]
     if not ks or bad:
         raise ValueError(f"--k {text}: every k must be in [1, n={n}] (pass@k needs k <= n samples per item)")

@@ -18,7 +18,7 @@ import shutil
 from tqdm.auto import tqdm
 
 from ..algos.schedule import SCHEDULES
-from ..config import RunConfig, make_config
+from ..config import RunConfig, make_config, parse_list
 from .checkpoint import checkpoint_dir
 from .rl import Trainer
 
@@ -33,13 +33,9 @@ ADAPTIVE_IN_REACH = dict(adaptive_metric="success_in_reach", adaptive_threshold=
 
 
 def listed(value, what: str) -> list:
-    """A list parameter as papermill may pass it: a list, a JSON string ("[0, 1]"), "a,b", or one value."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            value = [v.strip() for v in value.split(",") if v.strip()]
-    value = list(value) if isinstance(value, (list, tuple)) else [value]
+    """A list parameter as papermill may pass it (`config.parse_list`: a list, "[0, 1]", "0,1", or one value), with
+    at least one value; blank items ("0, 1,") are dropped."""
+    value = [v for v in parse_list(value, what) if v != ""]
     if not value:
         raise ValueError(f"{what} must name at least one value, e.g. {what}=[0, 1]")
     return value
