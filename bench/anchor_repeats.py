@@ -35,7 +35,7 @@ def measure(env: str, track: str | None, steps: int, threads: int | None = None)
     from agentgym_nb.algos.advantages import gigpo
     from agentgym_nb.config import make_config
     from agentgym_nb.rollout.engine import SamplingParams
-    from agentgym_nb.rollout.runner import run_episodes
+    from agentgym_nb.rollout.runner import mix_seed, run_episodes
     from agentgym_nb.rollout.trajectory import collate
     from agentgym_nb.train.rl import Trainer
     cfg = make_config(preset="cpu", env=env, track=track, name=f"anchor-repeats-{env}-{track or 'default'}",
@@ -48,7 +48,7 @@ def measure(env: str, track: str | None, steps: int, threads: int | None = None)
     try:
         for step in range(1, steps + 1):
             params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
-                                    seed=cfg.seed * 1_000_003 + step)
+                                    seed=mix_seed(cfg.seed, step))
             trajs = run_episodes(trainer.engine, trainer.env_factory, trainer.items_for_step(step), trainer.chat,
                                  n=cfg.samples_per_prompt, max_rounds=horizon, params=params,
                                  max_total_tokens=cfg.max_total_tokens, env_timeout=cfg.env_timeout,

@@ -57,10 +57,18 @@ class _Episode:
     env: Env | None = None
 
 
+def mix_seed(seed: int, index: int, stride: int = 1_000_003) -> int:
+    """seed * stride + index: the seed of draw `index` (a step, an epoch, an iteration) of a stream seeded `seed`.
+    Distinct (seed, index) pairs give distinct seeds while 0 <= index < stride; the stride is a prime, so that two
+    streams of other strides do not fall into step."""
+    return seed * stride + index
+
+
 def turn_seed(seed: int, episode: int, turn: int) -> int:
-    """The sampling seed of one reply: a function of (run seed, episode, turn) only, so an episode samples the
-    same replies whichever other episodes share its generate call (evaluations reproduce and resume exactly)."""
-    return (seed + 1_000_003 * episode + 7919 * turn) % 2**31
+    """The sampling seed of one reply, seed + 1_000_003 * episode + 7_919 * turn (mod 2**31): a function of (run
+    seed, episode, turn) only, so an episode samples the same replies whichever other episodes share its generate
+    call (evaluations reproduce and resume exactly)."""
+    return (mix_seed(episode, seed) + 7_919 * turn) % 2**31
 
 
 def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[int], chat: ChatFormat, *,

@@ -24,7 +24,7 @@ from .. import envs
 from ..rollout.evaluation import evaluate
 from ..models import load_tokenizer
 from ..rollout.engine import Engine, SamplingParams, load_pretrained, make_engine
-from ..rollout.runner import run_episodes
+from ..rollout.runner import mix_seed, run_episodes
 from ..rollout.trajectory import ChatFormat
 from .common import add_lora, merged_state_dict
 from .sft import check_record, item_index, load_records, sft, to_trajectory, trajectory_record, write_records
@@ -94,7 +94,7 @@ def agentevol(model_dir: str, data: list[dict] | str, *, env: str, explore_items
                                   params=SamplingParams(temperature=0.0, max_tokens=max_tokens),
                                   max_total_tokens=max_total_tokens)
                 summary["eval_success"] = result["success"]
-            params = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed * 1_000_003 + k)
+            params = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=mix_seed(seed, k))
             trajs = run_episodes(engine, env_factory, list(explore_items), chat, n=samples_per_item,
                                  max_rounds=max_rounds, params=params, max_total_tokens=max_total_tokens)
             explored = [trajectory_record(t, env) for t in trajs if not t.failed]
