@@ -63,7 +63,6 @@ def goal_text(mission: str) -> str:
     return mission.replace("then", "and").replace("after you", "and")
 
 
-
 @contextlib.contextmanager
 def _quiet():
     """Swallow minigrid's "Sampling rejected: ..." prints during level generation."""
@@ -238,4 +237,3 @@ def expert_replies(item_id: int, max_turns: int = 64, hesitation: float = 0.0) -
             return replies
         attempts.append(replies)
     return min(attempts, key=len)
-

@@ -207,4 +207,3 @@ def read_view(world, image) -> View:
             errors[f"go to {name} {n}"] = f"You cannot go to {name} {n}, as there is no path leading to it."
     actions["check available actions"] = []
     return View(text, actions, errors, targets)
-

@@ -218,4 +218,3 @@ class TextCraft(Env):
     def close(self) -> None:
         self.inventory = {}
         super().close()
-

@@ -317,7 +317,6 @@ def goal_depth(item_id: int) -> int:
     return crafting_tree().depth[goal_of(item_id)]
 
 
-
 def split(train_size: int = 374, test_size: int = 100, seed: int = 0) -> tuple[list[int], list[int]]:
     """Goal-disjoint (train, test) item ids in [0, len(GOALS)), stratified by depth (largest-remainder quotas),
     drawn with random.Random(seed); the shipped data/items/textcraft_{train,test}.json are split()."""

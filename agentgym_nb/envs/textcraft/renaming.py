@@ -32,4 +32,3 @@ def renamed(messages: list[dict], rng: random.Random) -> list[dict]:
     mapping = dict(zip(used, rng.sample(vocabulary, len(used))))
     return messages[:2] + [{**msg, "content": pattern.sub(lambda m: mapping[m.group(1)], msg["content"])}
                            for msg in messages[2:]]
-
