@@ -30,7 +30,7 @@ from tokenizers.models import BPE
 from . import envs
 from .algos.losses import sft_loss, token_logprobs
 from .config import make_config
-from .rollout.evaluation import evaluate
+from .evaluate import evaluate
 from .paths import default_outputs_dir
 from .rollout.engine import SamplingParams, make_engine
 from .rollout.trajectory import ChatFormat, Trajectory, collate

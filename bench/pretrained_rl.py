@@ -35,7 +35,7 @@ def main() -> None:
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "pretrained_rl.json"))
     args = ap.parse_args()
     from agentgym_nb.config import make_config
-    from agentgym_nb.metrics import paired_difference, per_item
+    from agentgym_nb.evaluate.metrics import paired_difference, per_item
     from agentgym_nb.train.rl import Trainer
     from agentgym_nb.viz import load_rollouts
 

@@ -344,7 +344,7 @@ def pd_pivot(df):
 
 
 def test_per_item_and_paired_difference_by_hand():
-    from agentgym_nb.metrics import paired_difference, per_item
+    from agentgym_nb.evaluate.metrics import paired_difference, per_item
     records = [{"item_id": 1, "success": True}, {"item_id": 1, "success": False}, {"item_id": 2, "success": True},
                {"item_id": 3, "success": True, "failed": "env died"}]
     assert per_item(records) == {1: 0.5, 2: 1.0}   # the failed episode says nothing
@@ -356,7 +356,7 @@ def test_per_item_and_paired_difference_by_hand():
 
 
 def test_late_slope_and_drop_from_peak_by_hand():
-    from agentgym_nb.metrics import drop_from_peak, late_slope
+    from agentgym_nb.evaluate.metrics import drop_from_peak, late_slope
     # second half 0.2, 0.3, 0.4: slope 0.1 per step = 1.0 per 10 steps, residuals 0, so the interval is the point
     assert late_slope([0.0, 0.1, 0.2, 0.3, 0.4][:2] + [0.2, 0.3, 0.4]) == pytest.approx((1.0, 1.0, 1.0))
     assert all(math.isnan(x) for x in late_slope([0.1, 0.2]))
@@ -368,7 +368,7 @@ def test_late_slope_and_drop_from_peak_by_hand():
 
 
 def test_trend_tells_a_plateau_from_too_few_steps_to_tell():
-    from agentgym_nb.metrics import trend
+    from agentgym_nb.evaluate.metrics import trend
     assert trend((0.06, 0.01, 0.11)) == "rising" and trend((-0.05, -0.08, -0.01)) == "falling"
     assert trend((0.005, -0.01, 0.015)) == "plateau"              # any change is under 2 points per 10 steps
     assert trend((0.06, -0.04, 0.17)) == "no measurable trend"    # holds 0, but a rise of 17 points is as likely

@@ -1,11 +1,11 @@
 """Evaluation a reviewer can trust: unbiased pass@k and pass^k, bootstrap intervals over items, per-category results
-(`agentgym_nb.metrics`), resumable runs (`agentgym_nb.rollout.evaluation`: the trainer and the nano build use them
-too), pass@k against the evaluation horizon (`surface`), the paper's reported numbers as data (`paper`), and the
-command line (`cli`: python -m agentgym_nb.evaluate)."""
-from ..metrics import (avg_at_k, bootstrap_ci, bootstrap_weights, mean_ci, pass_at_k, pass_at_k_surface, pass_hat_k,
-                       summarize, wilson_interval)
-from ..rollout.evaluation import evaluate, load_results
+and the comparison of runs (`metrics`: pure functions of counts and scores), resumable runs (`run`: the trainer and
+the nano build use them too), pass@k against the evaluation horizon (`surface`), the paper's reported numbers as
+data (`paper`), and the command line (`cli`: python -m agentgym_nb.evaluate)."""
+from .metrics import (avg_at_k, bootstrap_ci, bootstrap_weights, mean_ci, pass_at_k, pass_at_k_surface, pass_hat_k,
+                      summarize, wilson_interval)
 from .paper import load_paper_results
+from .run import evaluate, load_results
 from .surface import horizon_surface
 
 __all__ = ["avg_at_k", "bootstrap_ci", "bootstrap_weights", "evaluate", "horizon_surface", "load_paper_results",

@@ -15,7 +15,7 @@ from ..paths import default_outputs_dir
 from ..rollout.engine import SamplingParams, make_engine
 from ..rollout.trajectory import ChatFormat
 from ..train.checkpoint import checkpoint_model_dir, is_run_dir, latest_checkpoint
-from ..rollout.evaluation import evaluate
+from .run import evaluate
 
 
 def parse_ks(text: str, n: int) -> list[int]:

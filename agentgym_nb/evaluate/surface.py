@@ -12,8 +12,8 @@ import os
 import tempfile
 from collections.abc import Callable, Sequence
 
-from ..metrics import pass_at_k_surface
-from ..rollout.evaluation import evaluate, load_results
+from .metrics import pass_at_k_surface
+from .run import evaluate, load_results
 
 
 def horizon_surface(engine, env_factory: Callable, item_ids: list[int], chat, *, horizons: Sequence[int], n: int = 16,

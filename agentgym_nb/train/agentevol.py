@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 
 from .. import envs
-from ..rollout.evaluation import evaluate
+from ..evaluate import evaluate
 from ..models import load_tokenizer
 from ..rollout.engine import Engine, SamplingParams, load_pretrained, make_engine
 from ..rollout.runner import mix_seed, run_episodes
