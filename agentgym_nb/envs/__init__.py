@@ -8,7 +8,7 @@
     registry.py   which envs there are (names -> classes), their item lists, levels and expert horizons
     wire.py       AgentGym's protocol as envs speak it: request bodies, answers, default routes, the client
     http.py       the server: an app for a registered env, and the processes that serve it
-    babyai/, textcraft/, sciworld.py, searchqa.py, webarena/, miniwob.py   the envs (web/: WebArena's offline sites)
+    babyai/, textcraft/, sciworld.py, searchqa.py, webarena/, miniwob/   the envs (web/: WebArena's offline sites)
 """
 from __future__ import annotations
 
