@@ -1,0 +1,79 @@
+"""docs/results.md stays a results page: short, and every link into it lands on a heading it has."""
+import glob
+import os
+import re
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join("docs", "results.md")
+MAX_LINES = 450   # the page holds current results only (~400 lines); superseded runs live in git history
+# where links into the results page are written; notebooks are searched as raw JSON text
+LINKING = ["README.md", "docs/**/*.md", "bench/**/*.md", "bench/**/*.py", "bench/**/*.sh", "agentgym_nb/**/*.py",
+           "tests/**/*.py", "notebooks/*.ipynb"]
+LINK_INTO_RESULTS = re.compile("results" + r"\.md#([\w-]+)")   # split so this file holds no such link itself
+LINK_IN_PAGE = re.compile(r"\]\(#([\w-]+)\)")
+
+
+def github_anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces -> hyphens.
+
+    "Env server against AgentGym's server design" -> "env-server-against-agentgyms-server-design"."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(markdown: str) -> set[str]:
+    """The anchors of a page's headings (outside code fences); a repeated heading gets -1, -2, ... as on GitHub."""
+    found, count, fenced = set(), {}, False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#{1,6} ", line):
+            slug = github_anchor(line.lstrip("#"))
+            found.add(slug if slug not in count else f"{slug}-{count[slug]}")
+            count[slug] = count.get(slug, 0) + 1
+    return found
+
+
+def broken_links(root: str) -> list[str]:
+    """`file: #anchor` for every link into docs/results.md, from the repository or from the page itself, whose
+    anchor no heading of the page has."""
+    page = open(os.path.join(root, RESULTS)).read()
+    have = anchors(page)
+    broken = [f"{RESULTS}: #{a}" for a in LINK_IN_PAGE.findall(page) if a not in have]
+    files = sorted({f for pattern in LINKING for f in glob.glob(os.path.join(root, pattern), recursive=True)})
+    for path in files:
+        if os.sep + "_build" + os.sep in path:
+            continue
+        for a in LINK_INTO_RESULTS.findall(open(path, errors="replace").read()):
+            if a not in have:
+                broken.append(f"{os.path.relpath(path, root)}: #{a}")
+    return broken
+
+
+def test_github_anchor_matches_githubs_rule():
+    assert github_anchor("Env server against AgentGym's server design") == "env-server-against-agentgyms-server-design"
+    assert github_anchor("The paper preset on 8 GPUs: memory and bottleneck arithmetic") == \
+        "the-paper-preset-on-8-gpus-memory-and-bottleneck-arithmetic"
+    assert github_anchor("pass@k") == "passk"
+    assert anchors("# A\n## A\n```\n# not a heading\n```\n") == {"a", "a-1"}
+
+
+def test_every_link_into_the_results_page_lands_on_a_heading():
+    broken = broken_links(ROOT)
+    assert not broken, "links to headings docs/results.md does not have (keep the heading or fix the link): " \
+                       + "; ".join(broken)
+
+
+def test_a_link_to_a_missing_heading_is_caught(tmp_path):
+    os.makedirs(tmp_path / "docs")
+    (tmp_path / "docs" / "results.md").write_text("# Results\n\n## One RL step\n\nSee [above](#one-rl-step).\n")
+    link = "docs/results" + ".md#"
+    (tmp_path / "README.md").write_text(f"[ok]({link}one-rl-step) [gone]({link}two-rl-steps)")
+    assert broken_links(str(tmp_path)) == ["README.md: #two-rl-steps"]
+    (tmp_path / "docs" / "results.md").write_text("# Results\n\nSee [below](#nowhere).\n")
+    assert "docs/results.md: #nowhere" in broken_links(str(tmp_path))
+
+
+def test_the_results_page_is_a_page_not_a_diary():
+    lines = open(os.path.join(ROOT, RESULTS)).read().count("\n")
+    assert lines <= MAX_LINES, f"docs/results.md has {lines} lines (at most {MAX_LINES}): keep the current result " \
+                               "of each measurement and let superseded runs go (git keeps them)"
