@@ -25,7 +25,7 @@ import requests
 from agentgym_nb.envs import EnvError, EnvStateError, connect, item_ids, make, web
 from agentgym_nb.envs import webarena as wa
 from agentgym_nb.envs.http import make_app
-from agentgym_nb.envs.web import STORE, data, tasks
+from agentgym_nb.envs.web import STORE, data, plans, tasks
 from agentgym_nb.envs.webarena.expert import element_id, play
 from conftest import loopback_server
 
@@ -116,9 +116,9 @@ GENERATED_DIGEST = ("import hashlib, json; from agentgym_nb.envs.web import task
                     "for i in tasks.generated_ids()]).encode()).hexdigest())")
 
 
-def planned_actions(task: tasks.Task) -> int:
+def planned_actions(task: plans.Task) -> int:
     """Actions of a plan before any scrolling: a Replace is four (click, select all, delete, type), a Read none."""
-    return sum(4 if isinstance(s, tasks.Replace) else 0 if isinstance(s, tasks.Read) else 1 for s in task.plan)
+    return sum(4 if isinstance(s, plans.Replace) else 0 if isinstance(s, plans.Read) else 1 for s in task.plan)
 
 
 def test_generated_tasks_are_deterministic_new_and_never_near_a_test_task():

@@ -12,7 +12,8 @@ import threading
 from typing import Callable
 
 from ..base import Env, Step
-from ..web.tasks import Click, Goto, Read, Replace, Stop, Type, task
+from ..web.plans import Click, Goto, Read, Replace, Stop, Type
+from ..web.tasks import task
 from .grammar import reply
 
 LINE = re.compile(r"^\t*\[(\d+)\] (\S+) ('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")")
