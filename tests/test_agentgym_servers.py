@@ -1,9 +1,9 @@
 """Our clients (`envs.connect`) against AgentGym's own servers, played through faithful stand-ins.
 
 AgentGym's server packages cannot be installed here, so each stand-in below is a small FastAPI app speaking one
-AgentGym server's wire format as `reference/agentgym_envs.md` documents it (§1.3 TextCraft, §1.4 SciWorld, §1.5
-SearchQA, §1.6 WebArena, §1.8 errors): endpoints, field names, `id` versus `env_idx`, answers, status codes and
-quirks. The game behind each one is our in-process env (`envs.make`), so these tests exercise the wire, not the game.
+AgentGym server's wire format as its server.py writes it (agentenv-textcraft, -sciworld, -searchqa, -webarena):
+endpoints, field names, `id` versus `env_idx`, answers, error answers, status codes and quirks. The game behind
+each one is our in-process env (`envs.make`), so these tests exercise the wire, not the game.
 Endpoints our clients never call (/detail, /action_hint, /goals, /observation_metadata, the visual-only ones and
 the ones broken in AgentGym) are left out.
 BabyAI's wire format is our default server's own, tested in tests/test_env_protocol.py.

@@ -15,13 +15,14 @@ scienceworld keeps objects in identity-hash sets, so the order in which a room l
 a gold path among equivalent objects, differ between two loads of the same variation (in AgentGym too); which
 objects exist, and how a task is scored, do not.
 
-Speed and memory: scienceworld's own `ScienceWorldEnv.step` lists every valid action (~2,700) on each call (190-320 ms);
-`Simulator.step` asks the JVM only for the observation, score, completion and move count (~10 ms). Valid actions are
-on demand (`action_hint()`, GET /action_hint). Each JVM gets `JAVA_OPTIONS` (512 MB heap, serial GC). JVMs are
-process-wide (`JVMS`): at most `JVMS.cap` live ones (default 4, env var AGENTGYM_NB_SCIWORLD_JVMS); an env takes one
-when built (or /create is called) and parks it for the next env when closed, so a JVM starts once and then serves
-episode after episode with a ~0.1 s `load`. Building an env beyond the cap fails at once with EnvError saying how to
-raise it (waiting instead would deadlock clients that create all their envs before stepping, as AgentGym-RL does).
+Speed and memory: scienceworld's own `ScienceWorldEnv.step` lists every valid action (~2,700) on each call, which
+costs the JVM far more than the step itself; `Simulator.step` asks the JVM only for the observation, score, completion
+and move count. Valid actions are on demand (`action_hint()`, GET /action_hint). Each JVM gets `JAVA_OPTIONS` (512 MB
+heap, serial GC). JVMs are process-wide (`JVMS`): at most `JVMS.cap` live ones (default 4, env var
+AGENTGYM_NB_SCIWORLD_JVMS); an env takes one when built (or /create is called) and parks it for the next env when
+closed, so a JVM starts once and then serves episode after episode, each with a `load` (far cheaper than starting a
+JVM). Building an env beyond the cap fails at once with EnvError saying how to raise it (waiting instead would
+deadlock clients that create all their envs before stepping, as AgentGym-RL does).
 """
 from __future__ import annotations
 
@@ -248,7 +249,7 @@ def item_lists() -> dict[str, list[int]]:
     try:
         lists = {"train": [], "test": []}
         for task in TASKS:
-            # PythonInterface.getSets splits by the current task's name alone: set it instead of a ~1 s load
+            # PythonInterface.getSets splits by the current task's name alone: set it instead of loading the task
             getattr(sim.server, "taskStr_$eq")(task)
             train, test = sim.get_variations_train(), sim.get_variations_test()
             count = min(TEST_PER_TASK, len(test))
@@ -360,7 +361,8 @@ class SciWorld(Env):
 
     def action_hint(self) -> dict:
         """GET /action_hint: the action templates and object names of the current state (as AgentGym answers), plus
-        the valid action-object combinations (scienceworld's ~2,700-entry list, ~0.2 s; asked for only here)."""
+        the valid action-object combinations (scienceworld's ~2,700-entry list, which costs more than a step to
+        build: asked for only here)."""
         self._check_loaded()
         return {"possible_actions": self.sim.get_possible_actions(),
                 "possible_objects": self.sim.get_possible_objects(),
