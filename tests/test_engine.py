@@ -311,3 +311,50 @@ def test_a_closed_vllm_engine_lets_its_synced_model_go(tiny_model_dir):
     assert done.returncode == 0, done.stderr[-3000:]
     alive, _, total = done.stdout.split()
     assert int(total) > 10 and int(alive) == 0, f"{alive} of {total} layers of the closed engine's model are alive"
+
+
+# --- the HF engine's sampling loop ------------------------------------------------------------------------------
+
+def test_mul32_is_exact_and_mix32_a_bijection_of_32_bit_words():
+    from agentgym_nb.rollout.engine import _mix32, _mul32
+    xs = [0, 1, 0xFFFF, 0x10000, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 123456789, 3141592653]
+    for c in (0x85EBCA6B, 0xC2B2AE35):
+        assert _mul32(torch.tensor(xs), c).tolist() == [(x * c) % 2**32 for x in xs]
+    words = torch.arange(1 << 16) * 65_537   # 65,536 distinct words spread over [0, 2^32)
+    assert len(set(_mix32(words).tolist())) == len(words)
+
+
+def test_gumbel_max_draws_from_the_distribution_and_depends_only_on_each_rows_seed():
+    """argmax(log p + g) with the engine's hashed Gumbel noise: over 40,000 seeds the token frequencies are p
+    (4 standard errors: 0.01); a row's noise is a function of its own seed and step, whatever rows it shares."""
+    from agentgym_nb.rollout.engine import gumbel_noise, sample_next
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    seeds = torch.arange(40_000)
+    ids, logprobs = sample_next(p.log().expand(len(seeds), 4), SamplingParams(temperature=1.0), seeds, step=0)
+    assert torch.bincount(ids, minlength=4).div(len(seeds)).tolist() == pytest.approx(p.tolist(), abs=0.01)
+    assert torch.allclose(logprobs, p.log()[ids])
+    alone = gumbel_noise(torch.tensor([7]), step=3, vocab=50)
+    assert torch.equal(gumbel_noise(torch.tensor([5, 7, 9]), step=3, vocab=50)[1], alone[0])
+    assert not torch.equal(gumbel_noise(torch.tensor([7]), step=4, vocab=50), alone)
+    assert not torch.equal(gumbel_noise(torch.tensor([8]), step=3, vocab=50), alone)
+    huge = torch.tensor([2**40 + 7, 7])   # seeds beyond 32 bits still differ
+    assert not torch.equal(*gumbel_noise(huge, step=0, vocab=50))
+
+
+def test_the_hf_engine_prefills_the_last_position_only_and_drops_stopped_rows(hf_engine, prompts):
+    """Every forward pass computes logits for one position per row (logits_to_keep), and a row that sampled a stop
+    token leaves the batch: later passes see fewer rows. What it samples is unchanged (test_stop_token_ends_turn...)."""
+    greedy = hf_engine.generate(prompts, GREEDY)
+    stop = greedy[0].token_ids[1]   # row 0 stops at its second token; rows that never sample it run on
+    runs_on = [g for g in greedy if stop not in g.token_ids and g.finish_reason == "length"]   # (eos stops too)
+    assert runs_on, "pick another stop id: every row samples this one"
+    shapes = []
+    hook = hf_engine.model.register_forward_hook(lambda m, i, out: shapes.append(tuple(out.logits.shape[:2])))
+    try:
+        hf_engine.generate(prompts, SamplingParams(temperature=0.0, max_tokens=12, stop_token_ids=[stop]))
+    finally:
+        hook.remove()
+    rows = [b for b, _ in shapes]
+    assert {t for _, t in shapes} == {1}
+    assert rows[0] == len(prompts) and rows[-1] == len(runs_on) < rows[0]
+    assert rows == sorted(rows, reverse=True)

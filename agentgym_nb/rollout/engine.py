@@ -70,27 +70,41 @@ class Engine(ABC):
         filtering): what the trainer's `token_logprobs` gives for the same ids, so the two can be held side by side
         (the trainer's check that a weight sync took)."""
 
+    def sleep(self) -> None:
+        """Give back the device memory the engine holds between rollouts (its KV cache, its own copy of the weights),
+        so a colocated trainer can use it; the next `load_weights` or `generate` takes it again. A no-op for engines
+        that hold nothing between calls."""
+
     def close(self) -> None:
         """Free the engine's memory; the engine is unusable afterwards."""
 
 
 def make_engine(kind: str, model_dir: str, *, max_model_len: int = 4096, seed: int = 0, tokenizer=None,
-                kv_cache_gib: float = 1.0, tensor_parallel_size: int = 1, dtype: str = "float32") -> Engine:
+                kv_cache_gib: float = 1.0, tensor_parallel_size: int = 1, dtype: str = "float32",
+                gpu_memory_utilization: float | None = None, sleep_mode: bool = False) -> Engine:
     """`kind` is "vllm", "hf", or "auto" (vllm when it is installed, else hf). `max_model_len` and `kv_cache_gib`
-    size vLLM's cache, `tensor_parallel_size` splits its model over that many devices and `dtype` ("float32" or
-    "bfloat16") is its weights'; the HF engine needs none of them (it samples in fp32 and cannot split: it refuses
-    tensor_parallel_size > 1)."""
-    if kind not in ENGINE_KINDS:
-        raise ValueError(f"unknown engine kind {kind!r}; valid kinds: {', '.join(ENGINE_KINDS)}")
-    if kind == "auto":
-        kind = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+    size vLLM's cache, `tensor_parallel_size` splits its model over that many devices, `dtype` ("float32" or
+    "bfloat16") is the engine's weights', and on a GPU `gpu_memory_utilization` and `sleep_mode` say what share of
+    the card vLLM may take and whether it gives it back between rollouts (`VLLMEngine`). The HF engine loads onto
+    the first GPU when there is one, else the CPU, and cannot split (it refuses tensor_parallel_size > 1)."""
+    kind = engine_kind(kind)
     if kind == "vllm":
         return VLLMEngine(model_dir, max_model_len=max_model_len, seed=seed, kv_cache_gib=kv_cache_gib,
-                          tensor_parallel_size=tensor_parallel_size, dtype=dtype)
+                          tensor_parallel_size=tensor_parallel_size, dtype=dtype,
+                          gpu_memory_utilization=gpu_memory_utilization, sleep_mode=sleep_mode)
     if tensor_parallel_size != 1:
         raise ValueError(f"tensor_parallel_size={tensor_parallel_size} needs the vllm engine; the hf engine runs "
                          "the whole model in this process (use tensor_parallel_size=1 or engine='vllm')")
-    return HFEngine(model_dir, tokenizer=tokenizer, seed=seed)
+    return HFEngine(model_dir, tokenizer=tokenizer, seed=seed, dtype=getattr(torch, dtype))
+
+
+def engine_kind(kind: str) -> str:
+    """"vllm" or "hf": `kind` itself, or for "auto" vllm when it is installed, else hf."""
+    if kind not in ENGINE_KINDS:
+        raise ValueError(f"unknown engine kind {kind!r}; valid kinds: {', '.join(ENGINE_KINDS)}")
+    if kind == "auto":
+        return "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+    return kind
 
 
 class LazyEngine(Engine):
@@ -113,6 +127,10 @@ class LazyEngine(Engine):
 
     def prompt_logprobs(self, token_ids):
         return self._started().prompt_logprobs(token_ids)
+
+    def sleep(self) -> None:
+        if self.engine is not None:
+            self.engine.sleep()
 
     def close(self) -> None:
         if self.engine is not None:
@@ -155,34 +173,75 @@ def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.
     return logits
 
 
-def sample_next(logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator | None]):
-    """(ids[B], logprobs[B]) for logits[B, V]: argmax of log_softmax(logits) when greedy, else a draw from
-    softmax(filter_top_k_top_p(logits / T)) (row b with generators[b]) and its log-prob under that distribution."""
+_MASK32 = 0xFFFFFFFF
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """(x * c) mod 2^32 for x in [0, 2^32), exactly, in int64 arithmetic that never overflows (16-bit halves)."""
+    return ((x & 0xFFFF) * c + ((((x >> 16) * c) & 0xFFFF) << 16)) & _MASK32
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """MurmurHash3's 32-bit finaliser: a bijection of [0, 2^32) whose outputs look independent of its inputs."""
+    x = _mul32(x ^ (x >> 16), 0x85EBCA6B)
+    x = _mul32(x ^ (x >> 13), 0xC2B2AE35)
+    return x ^ (x >> 16)
+
+
+def gumbel_noise(seeds: torch.Tensor, step: int, vocab: int) -> torch.Tensor:
+    """Standard Gumbel noise [B, vocab] (float32, on seeds' device), a pure function of (seeds[b], step, token id):
+    u = hash(seed, step, v) / 2^32, g = -log(-log(u)). argmax(logp + g) is a draw from softmax(logp) (the Gumbel-max
+    trick), so a sequence's draws depend on its own seed alone, not on the batch it shares or the device: the same
+    seeds give the same samples on a CPU and a GPU, with one vectorised pass instead of a generator per row."""
+    seed = seeds.to(torch.int64)
+    key = _mix32(_mix32((seed & _MASK32) ^ _mix32((seed >> 32) & _MASK32)) ^ (step & _MASK32))
+    tokens = torch.arange(vocab, device=seeds.device, dtype=torch.int64)
+    bits = _mix32(key[:, None] ^ _mix32(tokens)[None, :]) >> 8   # 24 bits: a float32 holds them exactly
+    u = (bits.to(torch.float32) + 0.5) / float(1 << 24)
+    return -torch.log(-torch.log(u))
+
+
+def sample_next(logits: torch.Tensor, params: SamplingParams, seeds: torch.Tensor, step: int):
+    """(ids[B], logprobs[B]) for logits[B, V], on the logits' device: argmax of log_softmax(logits) when greedy,
+    else a draw from softmax(filter_top_k_top_p(logits / T)) by the Gumbel-max trick with row b's noise from
+    seeds[b] and `step` (gumbel_noise), and its log-prob under that distribution."""
     logits = logits.float()
     if params.temperature == 0:
         logp = logits.log_softmax(dim=-1)
         ids = logp.argmax(dim=-1)
     else:
         logp = filter_top_k_top_p(logits / params.temperature, params.top_k, params.top_p).log_softmax(dim=-1)
-        probs = logp.exp()
-        ids = torch.cat([torch.multinomial(probs[b:b + 1], 1, generator=g)[0] for b, g in enumerate(generators)])
+        ids = (logp + gumbel_noise(seeds, step, logp.shape[-1])).argmax(dim=-1)   # -inf stays -inf: never drawn
     return ids, logp.gather(-1, ids[:, None]).squeeze(-1)
 
 
 class HFEngine(Engine):
-    """Batched sampling with transformers: left-padded prompts, a KV cache, per-sequence stop handling."""
+    """Batched sampling with transformers on the model's own device (a GPU when the model is on one): left-padded
+    prompts and a KV cache; the prompt's logits are computed for its last position only (a 150k vocabulary over a
+    512-token prompt would be gigabytes); tokens are drawn on the device (`sample_next`); a sequence that has stopped
+    leaves the batch and its rows of the cache are dropped, so it costs nothing more.
+
+    `model=` shares a loaded model, e.g. the trainer's policy: the engine then samples from the weights being
+    trained, and a weight sync has nothing to copy. `model_dir=` loads an own copy onto `device` (default: the first
+    GPU when there is one, else the CPU) in `dtype`."""
 
     def __init__(self, model_dir: str | None = None, *, model=None, tokenizer=None, dtype=torch.float32,
-                 batch_size: int = 32, seed: int = 0):
+                 batch_size: int = 64, seed: int = 0, device: str | torch.device | None = None):
         if (model_dir is None) == (model is None):
             raise ValueError("HFEngine needs exactly one of model_dir (a saved HF folder) or model (a loaded model)")
         if model is None:
             from transformers import AutoModelForCausalLM   # a model class: importing it takes seconds
             model = load_pretrained(AutoModelForCausalLM, model_dir, dtype=dtype)
+            model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model = model
+        self.shares_model = model_dir is None
         self.batch_size = batch_size
         self.eos_token_ids = eos_token_ids(model.generation_config, tokenizer)
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = torch.Generator().manual_seed(seed)   # seeds for calls that give none
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], params: SamplingParams,
@@ -191,53 +250,59 @@ class HFEngine(Engine):
         if seeds is None and params.seed is not None:
             seeds = [params.seed + i for i in range(len(prompts))]
         check_seeds(seeds, prompts)
-        generators = ([self.generator] * len(prompts) if seeds is None
-                      else [torch.Generator().manual_seed(s) for s in seeds])
-        stop = torch.tensor(sorted(set(params.stop_token_ids) | set(self.eos_token_ids)), dtype=torch.long)
+        if seeds is None:
+            seeds = torch.randint(2**31, (len(prompts),), generator=self.generator).tolist()
+        stop = torch.tensor(sorted(set(params.stop_token_ids) | set(self.eos_token_ids)), dtype=torch.long,
+                            device=self.device)
         was_training = self.model.training
         self.model.eval()  # the trainer may share this model; dropout must not touch sampling
         try:
             return [c for start in range(0, len(prompts), self.batch_size)
                     for c in self._generate_batch(prompts[start:start + self.batch_size], params, stop,
-                                                  generators[start:start + self.batch_size])]
+                                                  seeds[start:start + self.batch_size])]
         finally:
             self.model.train(was_training)
 
     @torch.inference_mode()
     def prompt_logprobs(self, token_ids: list[int]) -> list[float]:
         check_prompts([token_ids])
-        ids = torch.tensor([token_ids], device=self.model.device)
+        ids = torch.tensor([token_ids], device=self.device)
         logp = self.model(input_ids=ids).logits[0, :-1].float().log_softmax(-1)
         return logp.gather(-1, ids[0, 1:, None]).squeeze(-1).tolist()
 
-    def _generate_batch(self, prompts, params, stop, generators) -> list[Completion]:
+    def _generate_batch(self, prompts, params, stop, seeds) -> list[Completion]:
         from transformers import DynamicCache   # importing transformers takes seconds; only the HF engine needs it
-        device = self.model.device
+        device, B = self.device, len(prompts)
         width = max(map(len, prompts))
         ids = torch.tensor([[0] * (width - len(p)) + list(p) for p in prompts], device=device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.model.config)
-        tokens, logprobs = [], []
-        stopped = torch.zeros(len(prompts), dtype=torch.bool)
-        lengths = torch.full((len(prompts),), params.max_tokens)
+        seeds = torch.tensor(seeds, dtype=torch.int64, device=device)
+        tokens = torch.zeros(B, params.max_tokens, dtype=torch.long, device=device)
+        logprobs = torch.zeros(B, params.max_tokens, device=device)
+        lengths = torch.full((B,), params.max_tokens, device=device)
+        stopped = torch.zeros(B, dtype=torch.bool, device=device)
+        live = torch.arange(B, device=device)   # the batch rows still sampling
         for step in range(params.max_tokens):
-            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                past_key_values=cache, use_cache=True).logits[:, -1]
-            next_ids, next_logprobs = sample_next(logits.cpu(), params, generators)
-            tokens.append(next_ids)
-            logprobs.append(next_logprobs)
-            hit_stop = torch.isin(next_ids, stop) & ~stopped
-            lengths[hit_stop] = step + 1
-            stopped |= hit_stop
-            if stopped.all():
-                break
-            ids = next_ids[:, None].to(device)  # stopped rows keep decoding; their extra tokens are dropped
+            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                                use_cache=True, logits_to_keep=1).logits[:, -1]
+            next_ids, next_logprobs = sample_next(logits, params, seeds[live], step)
+            tokens[live, step], logprobs[live, step] = next_ids, next_logprobs
+            hit = torch.isin(next_ids, stop)
+            if bool(hit.any()):
+                lengths[live[hit]], stopped[live[hit]] = step + 1, True
+                keep = (~hit).nonzero().squeeze(1)
+                if len(keep) == 0:
+                    break
+                live, next_ids, mask, positions = live[keep], next_ids[keep], mask[keep], positions[keep]
+                cache.batch_select_indices(keep)
+            ids = next_ids[:, None]
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
             positions = positions[:, -1:] + 1
-        tokens, logprobs = torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1)
-        return [Completion(tokens[b, :n].tolist(), logprobs[b, :n].tolist(), "stop" if stopped[b] else "length")
-                for b, n in enumerate(lengths.tolist())]
+        tokens, logprobs, lengths, stopped = (x.tolist() for x in (tokens, logprobs, lengths, stopped))
+        return [Completion(tokens[b][:n], logprobs[b][:n], "stop" if stopped[b] else "length")
+                for b, n in enumerate(lengths)]
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         named = dict(named_tensors)
@@ -384,7 +449,8 @@ class VLLMEngine(Engine):
 
     def __init__(self, model_dir: str, *, max_model_len: int = 4096, max_num_seqs: int = 64, dtype="float32",
                  kv_cache_gib: float = 1.0, seed: int = 0, enable_prefix_caching: bool = True,
-                 max_num_batched_tokens: int = 16384, tensor_parallel_size: int = 1):
+                 max_num_batched_tokens: int = 16384, tensor_parallel_size: int = 1,
+                 gpu_memory_utilization: float | None = None, sleep_mode: bool = False):
         """tensor_parallel_size > 1 splits every layer over that many devices, one vLLM worker process each (the
         engine core stays in this process, so a weight sync is still one call that reaches every worker).
 
@@ -392,7 +458,13 @@ class VLLMEngine(Engine):
         one process) every process builds its own engine with vLLM's external-launcher executor, as colocated
         trainers do (TRL's colocate mode): the engine takes the launcher's RANK and LOCAL_RANK, so on GPUs process k
         samples on its own device cuda:LOCAL_RANK instead of every engine landing on GPU 0. The engines start
-        together (they agree on their KV cache size through the process group)."""
+        together (they agree on their KV cache size through the process group).
+
+        Colocated with a trainer on a GPU: vLLM refuses to start unless gpu_memory_utilization x the card's memory is
+        free, and its default (0.9) is never free beside a trainer, so the trainer passes what the engine will hold
+        (train.launch.vllm_options). With `sleep_mode` (GPUs only) `sleep` frees the engine's weights and KV cache
+        during the update, and the weight sync takes them back (vLLM's sleep level 2: the weights are replaced at
+        every sync anyway, so nothing is kept on the host)."""
         if not isinstance(tensor_parallel_size, int) or tensor_parallel_size < 1:
             raise ValueError(f"tensor_parallel_size must be a positive integer, got {tensor_parallel_size!r}")
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # same process as the trainer: reload is a direct call
@@ -414,6 +486,7 @@ class VLLMEngine(Engine):
             generation_config = config
         self.eos_token_ids = eos_token_ids(generation_config)
         self.tensor_parallel_size = tensor_parallel_size
+        self.sleep_mode, self.asleep = sleep_mode, set()
 
         # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process; the trainer that
         # runs beside it must keep its own thread count and the ability to change it.
@@ -429,7 +502,10 @@ class VLLMEngine(Engine):
                                use_tqdm_on_load=False,   # vLLM logs the load time; a bar per engine start is noise
                                max_num_batched_tokens=max(max_model_len, max_num_batched_tokens),
                                tensor_parallel_size=tensor_parallel_size,
-                               distributed_executor_backend=executor_backend())
+                               distributed_executor_backend=executor_backend(),
+                               **({} if gpu_memory_utilization is None
+                                  else {"gpu_memory_utilization": gpu_memory_utilization}),
+                               **({"enable_sleep_mode": True} if sleep_mode else {}))
         finally:
             torch.set_num_threads = set_num_threads
             torch.set_num_threads(threads)
@@ -449,6 +525,7 @@ class VLLMEngine(Engine):
                 stop_token_ids=stop, seed=None if seeds is None else seeds[i], logprobs=0,
                 detokenize=False, skip_special_tokens=False)
 
+        self._wake(["weights", "kv_cache"])
         outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts],
                                     [vllm_params(i) for i in range(len(prompts))], use_tqdm=False)
         completions = []
@@ -464,6 +541,7 @@ class VLLMEngine(Engine):
         from vllm import SamplingParams as VLLMSamplingParams   # optional, like the LLM it scores with
         check_prompts([token_ids])
         probe = VLLMSamplingParams(temperature=1.0, max_tokens=1, prompt_logprobs=0, detokenize=False)
+        self._wake(["weights", "kv_cache"])
         out = self.llm.generate([{"prompt_token_ids": list(token_ids)}], probe, use_tqdm=False)[0]
         return [lp[t].logprob for lp, t in zip(out.prompt_logprobs[1:], token_ids[1:])]
 
@@ -483,8 +561,21 @@ class VLLMEngine(Engine):
                  if v.shape != self.param_shapes[k]]
         if wrong:
             raise ValueError(f"load_weights: shape mismatch for {wrong[:5]}")
+        self._wake(["weights"])   # (the KV cache is taken back only when the next rollout needs it)
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(named.items())})
         self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+
+    def sleep(self) -> None:
+        if self.sleep_mode and not self.asleep:
+            self.llm.sleep(level=2)
+            self.asleep = {"weights", "kv_cache"}
+
+    def _wake(self, tags: list[str]) -> None:
+        if self.asleep:
+            wanted = [t for t in tags if t in self.asleep]
+            if wanted:
+                self.llm.wake_up(tags=wanted)
+                self.asleep -= set(wanted)
 
     def close(self) -> None:
         """Note: vLLM's state is partly process-wide: closing an engine breaks any other engine still open in this
