@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from agentgym_nb.algos.advantages import (ESTIMATORS, Credit, gae, gigpo, grpo, masked_mean, masked_moments, masked_whiten,
-                                          reinforce_plus_plus, reinforce_pp, rloo, token_rewards_from_scores)
+                                          reinforce_plus_plus, rloo)
 
 # One multi-turn sequence, T = 11:
 #   t:     0     1  2    3  4  5    6  7    8  9    10
@@ -16,6 +16,15 @@ TRAIN = [1, 2, 6, 7]
 VALUES = torch.tensor([[9, .2, .4, 9, 9, 9, .6, .8, 9, 9, 9]], dtype=torch.float64)
 
 
+def token_rewards_from_scores(scores, loss_mask):
+    """[B, T]: scores[b] on the last token of row b with loss_mask = 1 (where Trajectory.to_tensors puts it)."""
+    m = loss_mask.bool()
+    last = m.shape[1] - 1 - m.flip(1).int().argmax(dim=1)
+    rewards = torch.zeros(m.shape, dtype=scores.dtype)
+    rewards[torch.arange(len(scores)), last] = torch.where(m.any(dim=1), scores, torch.zeros_like(scores))
+    return rewards
+
+
 def at(x, idx=TRAIN, row=0):
     return x[row, idx].tolist()
 
@@ -24,19 +33,30 @@ def rewards(score=1.0):
     return token_rewards_from_scores(torch.tensor([score], dtype=torch.float64), MASK)
 
 
+def trajectory_of(mask_row, reward):
+    """A Trajectory whose token kinds follow a loss-mask row (1: policy, 0: environment), scored `reward`."""
+    from agentgym_nb.rollout.trajectory import ENV, POLICY, Trajectory
+    kinds = [POLICY if x else ENV for x in mask_row]
+    return Trajectory(item_id=0, input_ids=list(range(len(kinds))), kinds=kinds, turn_ids=[1] * len(kinds),
+                      reward=reward)
+
+
 def test_score_lands_on_last_trainable_token_not_on_the_final_observation():
-    r = rewards(1.0)
-    assert r[0].tolist() == [0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0]  # t = 7, not t = 9 (last real token)
+    """The package's one placement of the score: Trajectory.to_tensors (the helper above mirrors it for the
+    estimator tests, and is checked against it here)."""
+    r = trajectory_of(MASK[0, :10].tolist(), 1.0).to_tensors()["rewards"]
+    assert r.tolist() == [0, 0, 0, 0, 0, 0, 0, 1, 0, 0]  # t = 7, not t = 9 (last real token)
+    assert r.tolist() == rewards(1.0)[0, :10].tolist()
 
 
 def test_row_without_trainable_token_gets_no_reward():
+    assert trajectory_of([0, 0, 0], 5.0).to_tensors()["rewards"].tolist() == [0, 0, 0]
     m = torch.tensor([[0, 1, 1], [0, 0, 0]])
-    r = token_rewards_from_scores(torch.tensor([2.0, 5.0]), m)
-    assert r.tolist() == [[0, 0, 2], [0, 0, 0]]
+    assert token_rewards_from_scores(torch.tensor([2.0, 5.0]), m).tolist() == [[0, 0, 2], [0, 0, 0]]
 
 
 def test_reinforce_pp_discounts_once_per_trainable_token():
-    adv, ret = reinforce_pp(rewards(), MASK, gamma=0.5, whiten=False)
+    adv, ret = reinforce_plus_plus(rewards(), MASK, gamma=0.5, whiten=False)
     # G7 = 1; G6 = .5*1 = .5; G2 = .5*.5 = .25 (env tokens 3-5 add no discount); G1 = .125
     assert at(ret) == [0.125, 0.25, 0.5, 1.0]
     assert torch.equal(adv, ret)
@@ -44,7 +64,7 @@ def test_reinforce_pp_discounts_once_per_trainable_token():
 
 
 def test_reinforce_pp_whitened():
-    adv, ret = reinforce_pp(rewards(), MASK, gamma=0.5)
+    adv, ret = reinforce_plus_plus(rewards(), MASK, gamma=0.5)
     # x = [.125, .25, .5, 1]: mean = 1.875/4 = .46875; deviations -.34375, -.21875, .03125, .53125
     # squares .1181640625 + .0478515625 + .0009765625 + .2822265625 = .44921875; unbiased var = .44921875/3
     std = math.sqrt(0.44921875 / 3)  # = .386962...
@@ -81,7 +101,7 @@ def test_appendix_a_layout():
     values = torch.arange(18, dtype=torch.float64)[None] / 10
     adv, _ = gae(r, values, m, whiten=False)
     assert at(adv, policy) == pytest.approx([0.7, 0.6, 0.5, 0.1, 0.0, -0.1])  # "later-verl" = 1 - V_t
-    _, ret = reinforce_pp(r, m, gamma=0.99, whiten=False)
+    _, ret = reinforce_plus_plus(r, m, gamma=0.99, whiten=False)
     # .99^5, .99^4, .99^3, .99^2, .99, 1
     assert at(ret, policy) == pytest.approx([0.95099005, 0.96059601, 0.970299, 0.9801, 0.99, 1.0])
 
@@ -93,12 +113,12 @@ def test_truncated_episode_mid_assistant():
     scores = torch.tensor([1.0, 0.0], dtype=torch.float64)
     r = token_rewards_from_scores(scores, m)
     assert r[1].abs().sum() == 0
-    _, ret = reinforce_pp(r, m, whiten=False)
+    _, ret = reinforce_plus_plus(r, m, whiten=False)
     assert ret[1].abs().sum() == 0
     # with partial credit (SciWorld's 0.5, say) the cut row's score sits on its last trainable token, 5
     partial = token_rewards_from_scores(torch.tensor([1.0, 0.5], dtype=torch.float64), m)
     assert at(partial, [5], row=1) == [0.5] and partial[1].sum() == 0.5
-    _, ret = reinforce_pp(partial, m, gamma=0.9, whiten=False)
+    _, ret = reinforce_plus_plus(partial, m, gamma=0.9, whiten=False)
     assert at(ret, [1, 2, 4, 5], row=1) == pytest.approx([0.5 * 0.9 ** 3, 0.5 * 0.9 ** 2, 0.5 * 0.9, 0.5])
     adv = grpo(scores, torch.tensor([0, 0]), m)
     # mean .5, unbiased std = sqrt((.25 + .25)/1) = .7071; adv = +-.5/(.7071 + 1e-6)
@@ -171,17 +191,17 @@ def test_whitening_needs_two_tokens():
     m = torch.tensor([[0, 1, 0]])
     r = torch.tensor([[0.0, 1.0, 0.0]])
     with pytest.raises(ValueError, match="at least 2 trainable tokens"):
-        reinforce_pp(r, m)
+        reinforce_plus_plus(r, m)
     with pytest.raises(ValueError, match="at least 2 trainable tokens"):
         gae(r, torch.zeros(1, 3), m)
-    assert reinforce_pp(r, m, whiten=False)[0].tolist() == [[0.0, 1.0, 0.0]]
+    assert reinforce_plus_plus(r, m, whiten=False)[0].tolist() == [[0.0, 1.0, 0.0]]
 
 
 def test_reward_on_untrainable_token_is_an_error():
     r = torch.zeros(1, 11)
     r[0, 9] = 1.0  # AgentGym-RL's placement: the last attention token, an env observation
     with pytest.raises(ValueError, match=r"token_rewards\[0, 9\]"):
-        reinforce_pp(r, MASK)
+        reinforce_plus_plus(r, MASK)
     with pytest.raises(ValueError, match="loss_mask = 0"):
         gae(r, torch.zeros(1, 11), MASK)
 
@@ -194,7 +214,7 @@ def test_shape_errors():
     with pytest.raises(ValueError, match="values"):
         gae(torch.zeros(1, 11), torch.zeros(1, 10), MASK)
     with pytest.raises(ValueError, match=r"\[B, T\]"):
-        reinforce_pp(torch.zeros(11), MASK[0])
+        reinforce_plus_plus(torch.zeros(11), MASK[0])
 
 
 def test_long_batch_matches_per_row():
@@ -234,7 +254,6 @@ def test_the_registry_calls_each_estimator_with_the_config_name_and_says_what_it
     credit = Credit(scores, group, mask, token_rewards_from_scores(scores, mask), values=torch.full((4, 5), 0.25),
                     gamma=0.9, lam=0.8)
     assert set(ESTIMATORS) == {"grpo", "rloo", "reinforce_plus_plus", "gae", "gigpo"}
-    assert reinforce_pp is reinforce_plus_plus
     adv, returns = ESTIMATORS["grpo"].compute(credit)
     assert torch.equal(adv, grpo(scores, group, mask)) and returns is None
     adv, returns = ESTIMATORS["rloo"].compute(credit)

@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from agentgym_nb.algos.losses import (aggregate, entropy_from_logits, explained_variance, kl_loss, kl_penalty,
-                                      policy_loss, value_loss)
+from agentgym_nb.algos.losses import (aggregate, entropy_from_logits, explained_variance, kl_penalty, policy_loss,
+                                      token_logprobs, value_loss)
 
 LOG = math.log
 
@@ -164,10 +164,54 @@ def test_explained_variance():
     assert math.isnan(explained_variance(ret, torch.ones(1, 4), m))
 
 
-def test_kl_loss_is_aggregated_k3():
+def test_the_kl_loss_term_is_aggregated_k3():
+    """The trainer's KL term: aggregate(kl_penalty(logp, ref_logp, kl_type), loss_mask)."""
     logp = torch.tensor([[0.0, -1.0, 5.0]])
     ref = torch.tensor([[0.0, 0.0, 0.0]])
     m = torch.tensor([[1, 1, 0]])
     # (0 + (e - 2))/2, the untrained third token is ignored
-    assert kl_loss(logp, ref, m).item() == pytest.approx((math.e - 2) / 2)
-    assert kl_loss(logp, ref, m, kind="k1").item() == pytest.approx(-0.5)
+    assert aggregate(kl_penalty(logp, ref, "low_var_kl"), m).item() == pytest.approx((math.e - 2) / 2)
+    assert aggregate(kl_penalty(logp, ref, "k1"), m).item() == pytest.approx(-0.5)
+
+
+def tiny_lm(vocab=97, seed=0):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(Qwen2Config(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                        num_key_value_heads=1, intermediate_size=64, tie_word_embeddings=True))
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_chunked_log_probs_equal_the_whole_and_never_hold_more_logits_than_a_chunk(lora):
+    """token_logprobs over a batch whose logits exceed chunk_elements runs the output head chunk by chunk: the same
+    log-probs, entropies and gradients as one pass over all the logits, with no head output larger than a chunk."""
+    from agentgym_nb.train.common import add_lora
+    model = tiny_lm()
+    if lora:
+        model = add_lora(model, r=4)
+        for name, p in model.named_parameters():   # B starts at 0: move it so the adapters take part
+            if "lora_B" in name:
+                p.data.normal_(0, 0.1)
+    ids = torch.randint(0, 97, (3, 20), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[2, 15:] = 0   # right padding
+    weights = torch.rand(3, 20, generator=torch.Generator().manual_seed(2))
+
+    def run(chunk):
+        model.zero_grad()
+        logp, entropy = token_logprobs(model, ids, mask, temperature=0.7, with_entropy=True, chunk_elements=chunk)
+        ((logp * weights).sum() + entropy.sum()).backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return logp.detach(), entropy.detach(), grads
+
+    whole = run(1 << 30)
+    sizes = []
+    head = model.get_output_embeddings()
+    hook = head.register_forward_hook(lambda m, i, out: sizes.append(out.numel()))
+    chunked = run(3 * 4 * 97)   # 4 positions of 3 rows per chunk
+    hook.remove()
+    assert sizes and max(sizes) <= 3 * 4 * 97 and len(sizes) >= 2 * (19 // 4)   # forward, then again in backward
+    assert torch.allclose(chunked[0], whole[0], atol=1e-6) and torch.allclose(chunked[1], whole[1], atol=1e-6)
+    assert chunked[2].keys() == whole[2].keys() and whole[2]
+    for name, g in whole[2].items():
+        assert torch.allclose(chunked[2][name], g, atol=1e-6), name

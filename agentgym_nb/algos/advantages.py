@@ -63,25 +63,6 @@ def masked_whiten(x: Tensor, mask: Tensor, eps: float = 1e-8, moments: Tensor | 
     return torch.where(m, (x.double() - mu) / math.sqrt(var + eps), 0.0).to(x.dtype)
 
 
-def token_rewards_from_scores(scores: Tensor, loss_mask: Tensor) -> Tensor:
-    """[B, T] rewards: ``scores[b]`` on the last token of row b with loss_mask = 1, 0 everywhere else.
-
-    This is the placement every estimator here expects (AgentGym-RL put the score on the last *attention* token, an
-    environment observation, where GAE and REINFORCE++ never saw it). A row with no trainable token gets no reward
-    at all: it contributes nothing to any loss, so there is nowhere meaningful to put it.
-    """
-    scores, m = torch.as_tensor(scores), _mask_2d(loss_mask)
-    if scores.shape != m.shape[:1]:
-        raise ValueError(f"scores must have shape [B] = {list(m.shape[:1])}, got {list(scores.shape)}")
-    if not scores.is_floating_point():
-        scores = scores.float()
-    T = m.shape[1]
-    last = T - 1 - m.flip(1).int().argmax(dim=1)  # index of the last True per row (0 for an all-False row)
-    rewards = torch.zeros(m.shape, dtype=scores.dtype, device=scores.device)
-    rewards[torch.arange(len(scores)), last] = torch.where(m.any(dim=1), scores, torch.zeros_like(scores))
-    return rewards
-
-
 @torch.no_grad()
 def grpo(scores: Tensor, group: Tensor, loss_mask: Tensor, eps: float = 1e-6,
          in_baseline: Tensor | None = None) -> Tensor:
@@ -165,9 +146,6 @@ def gae(token_rewards: Tensor, values: Tensor, loss_mask: Tensor, gamma: float =
     returns = torch.where(m, advantages + v, 0.0)
     adv = masked_whiten(advantages, m, eps) if whiten else advantages
     return adv, returns
-
-
-reinforce_pp = reinforce_plus_plus   # the name in DESIGN.md's contracts
 
 
 GIGPO_MODES = ("mean_std_norm", "mean_norm")
@@ -332,7 +310,7 @@ def _check_rewards(token_rewards: Tensor, loss_mask: Tensor) -> tuple[Tensor, Te
     if stray.any():  # the AgentGym-RL bug: a reward on an untrainable token is silently dropped
         b, t = stray.nonzero()[0].tolist()
         raise ValueError(f"token_rewards[{b}, {t}] is nonzero on a token with loss_mask = 0; rewards belong on "
-                         "trainable tokens (see token_rewards_from_scores)")
+                         "trainable tokens (Trajectory.to_tensors puts each score on its row's last one)")
     return token_rewards, m
 
 

@@ -8,6 +8,7 @@ micro-batch losses equal the full mini-batch loss, so gradient accumulation does
 from __future__ import annotations
 
 import torch
+import torch.utils.checkpoint
 from torch import Tensor
 
 from agentgym_nb.algos.advantages import masked_mean
@@ -17,29 +18,74 @@ KL_KINDS = {"k1": "kl", "kl": "kl", "abs": "abs", "k2": "mse", "mse": "mse", "k3
             "low_var_kl": "low_var_kl"}
 
 
+LOGITS_CHUNK_ELEMENTS = 1 << 24   # logits held at once when token_logprobs works in chunks (64 MB in fp32)
+
+
+def causal_attention_mask(attention_mask: Tensor) -> Tensor | None:
+    """The mask a causal model needs: None for right-padded rows (a token never attends to the padding after it, and
+    without a mask SDPA takes its fused causal kernel instead of materialising a [B, heads, T, T] mask), else the
+    mask itself (left padding, or gaps)."""
+    right_padded = bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
+    return None if right_padded else attention_mask
+
+
 def token_logprobs(model, input_ids: Tensor, attention_mask: Tensor, *, temperature: float = 1.0,
-                   with_entropy: bool = False):
+                   with_entropy: bool = False, chunk_elements: int = LOGITS_CHUNK_ELEMENTS):
     """logp[b, t] = log pi(input_ids[b, t] | input_ids[b, :t]) for t >= 1; logp[b, 0] = 0 (nothing predicts it).
 
     Aligned with the token it scores, so `logp * loss_mask` picks exactly the sampled tokens. Logits are divided by
     the sampling temperature: the ratio must compare the same distribution the engine sampled from.
     With `with_entropy`, also returns the entropy of each predictive distribution (aligned the same way), with its
     gradient.
+
+    When the batch's logits would exceed `chunk_elements` (B x T x vocabulary: 4 x 2048 tokens of a 150k vocabulary
+    are 1.2e9, 5 GB in fp32 and as much again for their gradient), the output head runs over chunks of positions,
+    each recomputed in the backward pass (activation checkpointing), so at most one chunk's logits exist at a time.
     """
-    # Right-padded rows need no mask under causal attention (a token never attends to the padding after it), and
-    # without one SDPA takes its fused causal kernel instead of materialising a [B, heads, T, T] mask.
-    right_padded = bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
-    logits = model(input_ids=input_ids, attention_mask=None if right_padded else attention_mask).logits
-    logits = logits[:, :-1].float()
+    mask = causal_attention_mask(attention_mask)
+    B, T = input_ids.shape
+    parts = _causal_lm_parts(model)
+    if parts is None or B * T * parts[1].out_features <= chunk_elements:
+        logits = model(input_ids=input_ids, attention_mask=mask).logits[:, :-1]
+        logp, entropy = _logp_and_entropy(logits, input_ids[:, 1:], temperature)
+    else:
+        body, head = parts
+        hidden = body(input_ids=input_ids, attention_mask=mask).last_hidden_state[:, :-1]
+        step = max(1, chunk_elements // (B * head.out_features))
+        pieces = [torch.utils.checkpoint.checkpoint(_head_logp_and_entropy, head, hidden[:, i:i + step],
+                                                    input_ids[:, i + 1:i + 1 + step], temperature, use_reentrant=False)
+                  for i in range(0, T - 1, step)]
+        logp, entropy = (torch.cat(x, dim=1) for x in zip(*pieces))
+    logp = torch.nn.functional.pad(logp, (1, 0))
+    return (logp, torch.nn.functional.pad(entropy, (1, 0))) if with_entropy else logp
+
+
+def _logp_and_entropy(logits: Tensor, targets: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
+    logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
     logz = torch.logsumexp(logits, dim=-1)
-    picked = torch.gather(logits, -1, input_ids[:, 1:, None]).squeeze(-1)
-    logp = torch.nn.functional.pad(picked - logz, (1, 0))
-    if not with_entropy:
-        return logp
-    entropy = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)   # differentiable: an entropy bonus trains
-    return logp, torch.nn.functional.pad(entropy, (1, 0))
+    picked = torch.gather(logits, -1, targets[..., None]).squeeze(-1)
+    return picked - logz, entropy_from_logits(logits, logz)
+
+
+def _head_logp_and_entropy(head, hidden: Tensor, targets: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
+    return _logp_and_entropy(head(hidden), targets, temperature)
+
+
+def _causal_lm_parts(model):
+    """(body, output head) of a Hugging Face causal LM, through a DDP wrapper and a peft model (whose adapters live
+    inside the body's layers), or None where the head cannot be called on its own: a model sharded by FSDP (its
+    head's weights are gathered by the whole model's forward only) or an unknown module."""
+    model = getattr(model, "module", model)   # DDP
+    if hasattr(model, "get_base_model"):   # peft
+        model = model.get_base_model()
+    if type(model).__name__.startswith("FSDP") or not hasattr(model, "get_output_embeddings"):
+        return None
+    head, body = model.get_output_embeddings(), getattr(model, "base_model", None)
+    if not isinstance(head, torch.nn.Linear) or body is None or body is model:
+        return None
+    return body, head
 
 
 def aggregate(loss_mat: Tensor, loss_mask: Tensor, mode: str = "token-mean", global_tokens: int | None = None,
@@ -97,12 +143,6 @@ def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "low_var_kl") -> Tens
     return (torch.exp(-d) + d - 1).clamp(-10, 10)
 
 
-def kl_loss(logp: Tensor, ref_logp: Tensor, loss_mask: Tensor, kind: str = "low_var_kl", agg: str = "token-mean",
-            global_tokens: int | None = None, global_seqs: int | None = None) -> Tensor:
-    """aggregate(kl_penalty(logp, ref_logp, kind), loss_mask, agg): the KL term added to the policy loss."""
-    return aggregate(kl_penalty(logp, ref_logp, kind), loss_mask, agg, global_tokens, global_seqs)
-
-
 def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, loss_mask: Tensor, clip_ratio: float = 0.2,
                 clip_ratio_high: float | None = None, dual_clip_c: float | None = None, agg: str = "token-mean",
                 global_tokens: int | None = None, global_seqs: int | None = None) -> tuple[Tensor, dict[str, float]]:
@@ -154,9 +194,11 @@ def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, loss_mask: T
     return loss, {"clip_frac": masked_mean((clipped > unclipped).float(), m).item()}
 
 
-def entropy_from_logits(logits: Tensor) -> Tensor:
-    """H = logsumexp(z) - sum_v softmax(z)_v * z_v over the vocabulary: [B, T, V] -> [B, T]."""
-    return torch.logsumexp(logits, dim=-1) - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
+def entropy_from_logits(logits: Tensor, logz: Tensor | None = None) -> Tensor:
+    """H = logsumexp(z) - sum_v softmax(z)_v * z_v over the vocabulary: [..., V] -> [...]; `logz` is logsumexp(z)
+    when already known."""
+    logz = torch.logsumexp(logits, dim=-1) if logz is None else logz
+    return logz - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
 
 
 @torch.no_grad()

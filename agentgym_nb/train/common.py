@@ -37,6 +37,13 @@ def micro_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
     return groups
 
 
+def pack_by_length(lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """`micro_batches` over the rows sorted longest first: rows of similar length share a micro-batch, so little of
+    the token budget goes to padding and a batch takes fewer passes. Each micro-batch lists its rows in order."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [sorted(order[j] for j in group) for group in micro_batches([lengths[i] for i in order], max_tokens)]
+
+
 def trim(batch: dict[str, torch.Tensor], rows: list[int]) -> dict[str, torch.Tensor]:
     """Select rows and cut the right padding they do not need."""
     idx = torch.tensor(rows)
