@@ -108,18 +108,22 @@ def test_memory_estimate_matches_the_arithmetic_in_the_configs():
     cfg = make_config(preset="paper", env="textcraft", overrides={"micro_batch_tokens": 4096})
     shape = launch.KNOWN_SHAPES["Qwen/Qwen2.5-7B-Instruct"]
     fsdp = launch.memory_per_gpu(cfg, shape, 8, "fsdp")
-    assert fsdp["policy"] == pytest.approx(16 * 7.62e9 / 8 / 1e9)             # 15.2
-    assert fsdp["reference"] == pytest.approx(4 * 7.62e9 / 8 / 1e9)           # 3.8
-    assert fsdp["vLLM weights"] == pytest.approx(15.24)
-    assert fsdp["KV cache"] == pytest.approx(20 * 2**30 / 1e9)               # 21.5
-    assert fsdp["logits"] == pytest.approx(14 * 4096 * 152064 / 1e9)         # 8.7
-    assert sum(fsdp.values()) == pytest.approx(72, abs=0.5)
+    assert fsdp["weights"] == pytest.approx(4 * 7.62e9 / 8 / 1e9)            # 3.8: fp32 master weights, sharded
+    assert fsdp["Adam"] == pytest.approx(8 * 7.62e9 / 8 / 1e9)               # 7.6
+    assert fsdp["update: gradients"] == pytest.approx(4 * 7.62e9 / 8 / 1e9)  # 3.8, during the update only
+    assert fsdp["reference"] == pytest.approx(4 * 7.62e9 / 8 / 1e9)          # 3.8
+    assert fsdp["rollout: engine weights"] == pytest.approx(15.24)           # bf16 vLLM, asleep in the update
+    assert fsdp["rollout: KV cache"] == pytest.approx(22 * 2**30 / 1e9)      # 20 GiB + vLLM's own 2 GiB: 23.6
+    assert fsdp["update: logits"] == pytest.approx(14 * 4096 * 152064 / 1e9)  # 8.7: sharded, not chunked
+    rollout = 15.24 + 22 * 2**30 / 1e9
+    assert launch.peak_gb(fsdp) == pytest.approx(3.81 + 7.62 + 3.81 + rollout, abs=0.05)   # 54.1
     ds = launch.memory_per_gpu(cfg, shape, 8, "deepspeed")
     assert ds["reference"] == pytest.approx(2 * 7.62e9 / 1e9)                 # a bf16 copy: 15.2
     ddp = launch.memory_per_gpu(cfg, shape, 8, "ddp")
-    assert ddp["policy"] == pytest.approx(121.92) and ddp["reference"] == pytest.approx(30.48)
+    assert ddp["weights"] + ddp["Adam"] + ddp["update: gradients"] == pytest.approx(121.92)
+    assert ddp["reference"] == pytest.approx(30.48)
     assert "fits" in launch.plan(cfg).splitlines()[-1]
-    cfg.micro_batch_tokens = 16384
+    cfg.kv_cache_gib = 50
     assert "does NOT fit" in launch.plan(cfg).splitlines()[-1]
 
 
@@ -195,13 +199,16 @@ def test_the_one_gpu_preset_plans_a_16_gb_and_an_80_gb_card():
     assert (cfg.model, cfg.lora_rank, cfg.engine, cfg.bf16) == ("Qwen/Qwen2.5-0.5B-Instruct", 32, "vllm", True)
     shape = launch.KNOWN_SHAPES[cfg.model]
     lora = launch.memory_per_gpu(cfg, shape, 1, "none")
-    assert lora["policy"] == pytest.approx(4 * 0.494)          # frozen fp32 weights; the adapters are negligible
-    assert lora["vLLM weights"] == pytest.approx(2 * 0.494)    # the engine is bf16 like the run
-    assert lora["logits"] == pytest.approx(14 * 2048 * 151936 / 1e9)
+    assert lora["weights"] == pytest.approx(2 * 0.494)          # the frozen base in bf16; adapters negligible
+    assert "reference" not in lora and "Adam" not in lora      # the reference is the base with the adapters off
+    assert lora["rollout: engine weights"] == pytest.approx(2 * 0.494)    # the engine is bf16 like the run
+    assert lora["rollout: sync copy"] == pytest.approx(4 * (0.494e9 - 151936 * 896) / 1e9)   # merged fp32 weights
+    assert lora["update: logits"] == pytest.approx(16 * 2**24 / 1e9)      # chunked: one chunk at a time
     last = launch.plan(cfg).splitlines()[-1]
     assert "LoRA r=32" in last and "fits a 16 GB card" in last and "fits an 80 GB card" in last
-    full = launch.plan(make_config(preset="gpu", env="babyai", overrides={"lora_rank": 0})).splitlines()[-1]
-    assert "does NOT fit a 16 GB card" in full and "fits an 80 GB card" in full
+    full = make_config(preset="gpu", env="babyai", overrides={"lora_rank": 0, "kv_cache_gib": 8})
+    assert "does NOT fit a 16 GB card" in launch.plan(full).splitlines()[-1]
+    assert "fits an 80 GB card" in launch.plan(full).splitlines()[-1]
     big = make_config(preset="gpu", env="babyai", overrides={"lora_rank": 0, "model": "Qwen/Qwen2.5-1.5B-Instruct"})
     assert "fits an 80 GB card" in launch.plan(big).splitlines()[-1]
     with pytest.raises(ValueError, match="gpu preset scales the paper's scripts down"):
@@ -217,5 +224,5 @@ def test_two_machines_of_8_gpus_with_env_servers_on_their_own_hosts():
     assert "16 processes: FSDP2 full shard" in text and "each plays ~2 prompts a step" in text
     assert "env: http://envs-a:36002, http://envs-b:36002" in text
     parts = launch.memory_per_gpu(cfg, launch.KNOWN_SHAPES[cfg.model], 16, "fsdp")
-    assert parts["policy"] == pytest.approx(16 * 7.62e9 / 16 / 1e9)
+    assert parts["weights"] + parts["Adam"] + parts["update: gradients"] == pytest.approx(16 * 7.62e9 / 16 / 1e9)
     assert "fits an 80 GB card" in text.splitlines()[-1]

@@ -69,8 +69,12 @@ def test_a_healthy_step_logs_the_health_metrics_near_zero(tmp_path, nano_dir, en
 
 @pytest.mark.slow
 def test_a_sync_that_does_not_take_stops_the_run(tmp_path, nano_dir):
+    """An engine with its own copy of the weights (vLLM's, or an HF engine beside a sharded policy) whose sync
+    silently does nothing: its log-probs drift from the trainer's and the step stops the run."""
+    from agentgym_nb.rollout.engine import HFEngine
     trainer = Trainer(smoke_config(tmp_path, "broken-sync", engine="hf", lr=5e-2, sync_tolerance=1e-3),
                       log=lambda *a: None)
+    trainer.engine = HFEngine(trainer.model_dir, tokenizer=trainer.tokenizer)   # its own copy, not the policy
     trainer.engine.load_weights = lambda named_tensors: None   # the planted fault: the engine keeps its weights
     try:
         with pytest.raises(RunHealthError, match="weight sync did not take"):

@@ -258,12 +258,14 @@ def test_the_trainer_loss_applies_the_configured_clip_and_dual_clip(tmp_path, na
     assert pg_loss(+1.0, clip_ratio_high=None)["pg_loss"] == pytest.approx(-1.2, rel=1e-4)
 
 
-def test_lora_trains_adapters_only_and_the_engine_samples_the_merged_model(tmp_path, nano_dir):
+def test_lora_trains_adapters_only_and_engines_sample_the_adapted_model(tmp_path, nano_dir):
+    """The HF engine samples with the trainer's own (peft) model; an engine with its own copy, such as vLLM or an
+    FSDP process's, gets the merged weights W + (alpha / r) B A at a sync, and samples the same."""
     trainer = Trainer(smoke_config(tmp_path, "lora", engine="hf", lora_rank=4, lr=5e-3), log=lambda *a: None)
     model = trainer.accelerator.unwrap_model(trainer.model)
+    assert trainer.engine.shares_model and trainer.engine.model is model and trainer.ref is None
     frozen = {k: v.clone() for k, v in model.state_dict().items() if "lora_" not in k}
     trainer.update(TrajectoryGroup.of(real_rollouts_with_known_scores(trainer)), 1)
-    trainer.sync_engine()
     state = model.state_dict()
     assert all(torch.equal(state[k], v) for k, v in frozen.items()), "LoRA must leave the base weights alone"
     assert any(not torch.equal(v, torch.zeros_like(v)) for k, v in state.items() if "lora_B" in k)
@@ -273,9 +275,34 @@ def test_lora_trains_adapters_only_and_the_engine_samples_the_merged_model(tmp_p
     ids = [Trajectory.start(trainer.chat, env.instruction, env.reset(i), i).input_ids for i in (3, 45)]
     greedy = SamplingParams(temperature=0, max_tokens=10)
     engine_out = trainer.engine.generate(ids, greedy)
-    peft_out = HFEngine(model=model, tokenizer=trainer.tokenizer).generate(ids, greedy)
-    assert [c.token_ids for c in engine_out] == [c.token_ids for c in peft_out]
-    assert max(abs(a - b) for c, d in zip(engine_out, peft_out) for a, b in zip(c.logprobs, d.logprobs)) < 1e-4
+    copy = HFEngine(trainer.model_dir, tokenizer=trainer.tokenizer)
+    copy.load_weights(trainer.parallel.engine_weights(trainer.model).items())
+    merged_out = copy.generate(ids, greedy)
+    assert [c.token_ids for c in engine_out] == [c.token_ids for c in merged_out]
+    assert max(abs(a - b) for c, d in zip(engine_out, merged_out) for a, b in zip(c.logprobs, d.logprobs)) < 1e-4
+
+
+def test_a_bf16_lora_run_holds_the_frozen_base_in_bf16_and_its_reference_is_the_base(tmp_path, nano_dir):
+    """Under LoRA with bf16 the frozen base weights are bf16 (half the memory), the adapters fp32, and the KL's
+    reference log-probs are the policy's with the adapters switched off: no copy of the model."""
+    from agentgym_nb.algos.losses import token_logprobs
+    from agentgym_nb.rollout.trajectory import collate
+    trainer = Trainer(smoke_config(tmp_path, "lora-bf16", engine="hf", lora_rank=4, lr=5e-3, bf16=True, kl_coef=0.1),
+                      log=lambda *a: None)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    dtypes = {("lora_" in n, p.dtype) for n, p in model.named_parameters()}
+    assert dtypes == {(False, torch.bfloat16), (True, torch.float32)}
+    assert trainer.ref is None
+    groups = TrajectoryGroup.of(real_rollouts_with_known_scores(trainer))
+    trainer.update(groups, 1)   # the adapters move away from zero
+    batch = collate([t for g in groups for t in g.episodes], trainer.tokenizer.pad_token_id)
+    lengths = batch["attention_mask"].sum(-1).tolist()
+    old, ref, _ = trainer._score_tokens(batch, lengths)
+    with torch.no_grad(), model.disable_adapter(), trainer.accelerator.autocast():
+        base = token_logprobs(model, batch["input_ids"], batch["attention_mask"])
+    m = batch["loss_mask"].bool()
+    assert torch.allclose(ref[m], base.float()[m], atol=1e-5)
+    assert not torch.allclose(old[m], ref[m], atol=1e-3)   # the adapters changed the policy, not the reference
 
 
 def test_an_adaptive_schedule_watching_success_in_reach_gets_it_every_step(tmp_path, nano_dir, monkeypatch):

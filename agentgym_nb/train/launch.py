@@ -3,6 +3,7 @@ against the run, the memory a GPU needs, and the plan `--dry-run` prints before 
 from __future__ import annotations
 
 import json
+import math
 import os
 
 from accelerate.commands.config.config_args import load_config_from_file
@@ -134,29 +135,167 @@ KNOWN_SHAPES = {
 CARDS_GB = {"gpu": (16, 24, 80), "paper": (80,)}
 
 
-def memory_per_gpu(cfg: RunConfig, shape: dict, processes: int, sharding: str) -> dict[str, float]:
-    """Estimated GB (1e9 bytes) one process needs on its GPU, P parameters, t = micro_batch_tokens:
-        policy       16 P: fp32 weights, gradients and Adam's two moments (/ processes under fsdp and deepspeed);
-                     with LoRA 4 P of frozen fp32 weights (the adapters' own share is negligible)
-        reference    4 P fp32 (/ processes under fsdp); 2 P under deepspeed (a bf16 copy); 0 without KL
-        gathered     the units in flight, two blocks and the root (embeddings and head): fp32 under fsdp, bf16
-                     under deepspeed
-        activations  with gradient checkpointing each block's bf16 input, 2 t h per block, plus one block's
-                     internals, ~34 t h (Korthikanti et al. 2022, flash attention); without, 34 t h per block
-        logits       14 t V: bf16 logits, their fp32 copy, the entropy's softmax and the fp32 gradient
-        vllm         2 P / rollout_tp with bf16 (4 P in fp32: the engine's weights follow the run's bf16), and its
-                     KV cache kv_cache_gib"""
-    P, t, h, layers = shape["params"], cfg.micro_batch_tokens, shape["hidden"], shape["layers"]
+# Dense bf16 tensor-core peaks in TFLOP/s (no sparsity), from NVIDIA's datasheets, by a part of the name torch
+# reports for the card (torch.cuda.get_device_name): the first match wins. The T4 has no bf16: its fp16 peak.
+PEAK_TFLOPS = (("H100 PCIe", 756), ("H100 NVL", 835), ("GH200", 989), ("H100", 989), ("H200", 989),
+               ("B200", 2250), ("A100", 312), ("L40S", 362), ("L4", 121), ("T4", 65))
+
+
+def peak_flops(device_name: str) -> float | None:
+    """The card's dense bf16 peak in FLOP/s, or None for a device the table does not know (a CPU)."""
+    for part, tflops in PEAK_TFLOPS:
+        if part in device_name:
+            return tflops * 1e12
+    return None
+
+
+def train_flops_per_token(params: int, layers: int, hidden: int, seq_len: float, lora: bool) -> float:
+    """Model FLOPs of one trained token (PaLM, Chowdhery et al. 2022, appendix B): the forward pass is
+    2 (N + 2 L h T) with N the parameters its matmuls use (the output head's, not the input embedding's) and T the
+    sequence length (attention); the backward pass is twice that for full fine-tuning (input and weight gradients)
+    and once for LoRA (input gradients only: the frozen base's weight gradients are never computed). Recomputation
+    under gradient checkpointing is not counted: MFU, not hardware FLOPs utilisation."""
+    return (4 if lora else 6) * (params + 2 * layers * hidden * seq_len)
+
+
+def matmul_params(model) -> int:
+    """The parameters a forward pass multiplies with: all but the input embedding, whose rows are only looked up
+    (counted back when the output head shares its weights)."""
+    embedding = model.get_input_embeddings().weight
+    head = model.get_output_embeddings()
+    total = sum(p.numel() for p in model.parameters())
+    return total - embedding.numel() + (embedding.numel() if head is not None and head.weight is embedding else 0)
+
+
+HF_ENGINE_BATCH = 64       # sequences the HF engine samples at once (HFEngine's batch_size)
+VLLM_OVERHEAD_GIB = 2.0    # what a vLLM engine holds beside its weights and KV cache: activations of its largest
+                           # batch, the sampler's buffers, the CUDA context's share
+
+
+def memory_per_gpu(cfg: RunConfig, shape: dict, processes: int, sharding: str,
+                   engine: str | None = None) -> dict[str, float]:
+    """Estimated GB (1e9 bytes) on one process's GPU, by part. Parts named "rollout: ..." exist only while the engine
+    samples and parts named "update: ..." only during the forward and backward passes; the two phases take turns, so
+    the peak (`peak_gb`) is the rest plus the larger phase. P parameters, E of them the input embedding's (the output
+    head's when tied), t = micro_batch_tokens, h hidden, L layers, V vocabulary, T = max_total_tokens, kv the width
+    of a layer's keys (KV heads x head size); bf16 = 2 bytes, fp32 = 4:
+        weights        the policy, fp32 4 P (/ processes under fsdp and deepspeed); under LoRA the frozen base, in
+                       bf16 with bf16 (2 P), else fp32
+        Adam           two fp32 moments, 8 P (/ processes); under LoRA the adapters' (negligible)
+        reference      4 P fp32 (/ processes under fsdp), 2 P under deepspeed (a bf16 copy); none under LoRA (the base
+                       with the adapters off) or without a KL
+        engine weights an engine's own copy, 2 P / rollout_tp in bf16 (4 P in fp32): vLLM's (a rollout part: in sleep
+                       mode it is given back during the update) or the HF engine's where the policy is sharded; the
+                       HF engine on an unsharded policy samples with it and holds no copy
+        rollout: KV cache      vLLM's kv_cache_gib (+ VLLM_OVERHEAD_GIB); the HF engine's cache of a batch of
+                               HF_ENGINE_BATCH sequences of T tokens, HF_ENGINE_BATCH x T x L x 2 kv x (2 or 4) bytes
+        rollout: sampling      HF_ENGINE_BATCH x V x 24 bytes: logits, log-softmax, Gumbel noise (HF engine)
+        rollout: sync copy     under LoRA, the merged weights an engine with its own copy gets, 4 (P - E)
+        update: gradients      4 P (/ processes); under LoRA the adapters' (negligible)
+        update: gathered       FSDP's or DeepSpeed's units in flight, two blocks and the root, fp32 or bf16
+        update: activations    with gradient checkpointing each block's bf16 input, 2 t h per block, plus one block's
+                               internals, ~34 t h (Korthikanti et al. 2022, flash attention); without, 34 t h per block
+        update: logits         a sharded policy's whole micro-batch, 14 t V (bf16 logits, their fp32 copy, the
+                               softmax and the fp32 gradient); else chunks of LOGITS_CHUNK_ELEMENTS, 16 bytes each
+                               (token_logprobs)"""
+    from ..algos.losses import LOGITS_CHUNK_ELEMENTS
+    from ..rollout.engine import engine_kind
+    engine = engine or engine_kind(cfg.engine)
+    P, E, t, h, L, V = (shape[k] for k in ("params", "embeddings", "micro_batch", "hidden", "layers", "vocab")) \
+        if "micro_batch" in shape else (shape["params"], shape["embeddings"], cfg.micro_batch_tokens, shape["hidden"],
+                                        shape["layers"], shape["vocab"])
     split = processes if sharding in ("fsdp", "deepspeed") else 1
-    reference = 0 if cfg.kl_coef == 0 else 2 * P if sharding == "deepspeed" else 4 * P / (
-        processes if sharding == "fsdp" else 1)
-    block = (P - shape["embeddings"]) / layers
-    act = 2 * t * h * layers + 34 * t * h if cfg.gradient_checkpointing else 34 * t * h * layers
-    parts = {"policy": 4 * P if cfg.lora_rank else 16 * P / split, "reference": reference,
-             "gathered": {"fsdp": 4, "deepspeed": 2}.get(sharding, 0) * (2 * block + shape["embeddings"]),
-             "activations": act, "logits": 14 * t * shape["vocab"],
-             "vLLM weights": (2 if cfg.bf16 else 4) * P / cfg.rollout_tp, "KV cache": cfg.kv_cache_gib * 2**30}
+    lora = bool(cfg.lora_rank)
+    width = 2 if cfg.bf16 else 4
+    parts = {
+        "weights": (width if lora else 4) * P / (1 if lora else split),
+        "Adam": 0 if lora else 8 * P / split,
+        "reference": 0 if cfg.kl_coef == 0 or lora else 2 * P if sharding == "deepspeed" else 4 * P / (
+            processes if sharding == "fsdp" else 1),
+    }
+    shared = engine == "hf" and sharding in ("none", "ddp")
+    if engine == "hf":
+        if not shared:
+            parts["engine weights"] = width * P
+        parts["rollout: KV cache"] = HF_ENGINE_BATCH * (cfg.max_total_tokens + cfg.max_tokens) * L * 2 * \
+            shape["kv_dim"] * width
+        parts["rollout: sampling"] = HF_ENGINE_BATCH * V * 24
+    else:
+        parts["rollout: engine weights"] = width * P / cfg.rollout_tp
+        parts["rollout: KV cache"] = (cfg.kv_cache_gib + VLLM_OVERHEAD_GIB) * 2**30
+    if lora and not shared:
+        parts["rollout: sync copy"] = 4 * (P - E)
+    parts["update: gradients"] = 0 if lora else 4 * P / split
+    block = (P - E) / L
+    parts["update: gathered"] = {"fsdp": 4, "deepspeed": 2}.get(sharding, 0) * (2 * block + E)
+    parts["update: activations"] = 2 * t * h * L + 34 * t * h if cfg.gradient_checkpointing else 34 * t * h * L
+    parts["update: logits"] = 14 * t * V if split > 1 else min(16 * LOGITS_CHUNK_ELEMENTS, 14 * t * V)
     return {k: v / 1e9 for k, v in parts.items() if v}
+
+
+def peak_gb(parts: dict[str, float]) -> float:
+    """The plan's peak: what stays all run, plus the larger of the rollout and the update phase."""
+    phase = {p: sum(v for k, v in parts.items() if k.startswith(p + ": ")) for p in ("rollout", "update")}
+    return sum(v for k, v in parts.items() if ": " not in k) + max(phase.values())
+
+
+def model_shape(model_dir: str) -> dict:
+    """`KNOWN_SHAPES`' numbers for a local model folder, from its config (the model is built on the meta device:
+    names and sizes only, no memory)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM   # seconds to import
+    config = AutoConfig.from_pretrained(model_dir)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    text = config.get_text_config()
+    heads = text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    embeddings = model.get_input_embeddings().weight.numel()
+    tied = model.get_output_embeddings() is not None and model.get_output_embeddings().weight is \
+        model.get_input_embeddings().weight
+    return dict(params=sum(p.numel() for p in model.parameters()), embeddings=embeddings * (1 if tied else 2),
+                vocab=text.vocab_size, hidden=text.hidden_size, layers=text.num_hidden_layers,
+                kv_dim=getattr(text, "num_key_value_heads", heads) * head_dim)
+
+
+def check_card(cfg: RunConfig, shape: dict, card_bytes: int, card_name: str, processes: int = 1,
+               sharding: str = "none") -> float:
+    """Refuse a run whose plan does not fit the card, before anything is loaded onto it, naming what to lower.
+    Returns the plan's peak in GB."""
+    parts = memory_per_gpu(cfg, shape, processes, sharding)
+    peak = peak_gb(parts)
+    if peak * 1e9 > card_bytes:
+        biggest = sorted(parts.items(), key=lambda kv: -kv[1])[:3]
+        raise ValueError(
+            f"the run needs about {peak:.1f} GB on each GPU and {card_name} has {card_bytes / 1e9:.1f} GB (largest "
+            f"parts: {', '.join(f'{k} {v:.1f}' for k, v in biggest)}): lower micro_batch_tokens (now "
+            f"{cfg.micro_batch_tokens}), kv_cache_gib (now {cfg.kv_cache_gib:g}) or max_total_tokens (now "
+            f"{cfg.max_total_tokens}), use LoRA (lora_rank), or shard over more GPUs (launch_config)")
+    return peak
+
+
+def vllm_options(cfg: RunConfig, params: int, card_bytes: int | None) -> dict:
+    """What a colocated vLLM engine is given (`make_engine`'s keyword arguments) beyond the model folder. On a GPU:
+    gpu_memory_utilization is the share of the card the engine will hold, (weights + KV cache + VLLM_OVERHEAD_GIB)
+    / card, rounded up to a hundredth (vLLM refuses to start unless that much is free, and its default, 0.9, never is
+    beside a trainer), and sleep mode, so the engine gives its memory back during the update. On a CPU, neither."""
+    options = dict(max_model_len=cfg.max_total_tokens + cfg.max_tokens, kv_cache_gib=cfg.kv_cache_gib,
+                   tensor_parallel_size=cfg.rollout_tp, dtype="bfloat16" if cfg.bf16 else "float32")
+    if card_bytes:
+        held = (2 if cfg.bf16 else 4) * params / cfg.rollout_tp + (cfg.kv_cache_gib + VLLM_OVERHEAD_GIB) * 2**30
+        options.update(gpu_memory_utilization=math.ceil(100 * held / card_bytes) / 100, sleep_mode=True)
+    return options
+
+
+def check_engine_fits(options: dict, free_bytes: int, card_bytes: int) -> None:
+    """vLLM's own start-up check, made before it starts and with a message that says what to lower."""
+    wanted = options["gpu_memory_utilization"] * card_bytes
+    if wanted > free_bytes:
+        raise ValueError(f"the colocated vLLM engine needs {wanted / 2**30:.1f} GiB (gpu_memory_utilization "
+                         f"{options['gpu_memory_utilization']}: its weights, a KV cache of kv_cache_gib="
+                         f"{options['kv_cache_gib']:g} GiB and {VLLM_OVERHEAD_GIB:g} GiB of its own) but only "
+                         f"{free_bytes / 2**30:.1f} GiB of the card are free after the trainer's models: lower "
+                         "kv_cache_gib, use LoRA (lora_rank) or bf16, or a larger card")
 
 
 def launch_plan(cfg: RunConfig) -> list[str]:
@@ -178,14 +317,27 @@ def launch_plan(cfg: RunConfig) -> list[str]:
     shape = KNOWN_SHAPES.get(cfg.model)
     if shape:
         parts = memory_per_gpu(cfg, shape, processes, sharding)
-        total = sum(parts.values())
+        total = peak_gb(parts)
         cards = CARDS_GB.get(cfg.preset, (80,))
         fits = [f"{'fits' if total <= gb else 'does NOT fit'} {'an' if gb == 80 else 'a'} {gb} GB card" for gb in cards]
-        lines.append(f"  memory per GPU (estimate, GB, {'LoRA r=%d' % cfg.lora_rank if cfg.lora_rank else 'full'}): "
-                     + " + ".join(f"{k} {v:.1f}" for k, v in parts.items()) + f" = {total:.1f}: " + ", ".join(fits)
+        phases = {"all run": {k: v for k, v in parts.items() if ": " not in k}}
+        for phase in ("rollout", "update"):
+            phases[phase] = {k[len(phase) + 2:]: v for k, v in parts.items() if k.startswith(phase + ": ")}
+        listed = "; ".join(f"{name}: " + " + ".join(f"{k} {v:.1f}" for k, v in items.items())
+                           for name, items in phases.items() if items)
+        lines.append(f"  memory per GPU (estimate, GB, {'LoRA r=%d' % cfg.lora_rank if cfg.lora_rank else 'full'}, "
+                     f"{engine_label(cfg, sharding)}): {listed}; peak {total:.1f}: " + ", ".join(fits)
                      + ("" if all(total <= gb for gb in cards) else
                         " (shard, use LoRA, or lower micro_batch_tokens or kv_cache_gib)"))
     return lines
+
+
+def engine_label(cfg: RunConfig, sharding: str) -> str:
+    from ..rollout.engine import engine_kind
+    kind = engine_kind(cfg.engine)
+    if kind == "vllm":
+        return "vLLM in sleep mode during the update"
+    return "HF engine sampling with the policy" if sharding in ("none", "ddp") else "HF engine with its own copy"
 
 
 def plan(cfg: RunConfig) -> str:

@@ -20,6 +20,7 @@ processes share a step is parallel.py's; the run-health checks are health.py's.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import json
@@ -32,16 +33,18 @@ from accelerate import Accelerator
 
 from .. import envs, models
 from ..algos import advantages as adv_fns
-from ..algos.losses import aggregate, explained_variance, kl_penalty, policy_loss, token_logprobs, value_loss
+from ..algos.losses import (aggregate, causal_attention_mask, explained_variance, kl_penalty, policy_loss,
+                             token_logprobs, value_loss)
 from ..config import PRESETS, RunConfig, item_pool, make_config, round_schedule
 from ..rollout.evaluation import evaluate
-from ..rollout.engine import SamplingParams, load_pretrained, make_engine
+from ..rollout.engine import HFEngine, SamplingParams, engine_kind, load_pretrained, make_engine
 from ..rollout.runner import RolloutStats, run_episodes, write_rollout_log
 from ..rollout.trajectory import ChatFormat, TrajectoryGroup, collate
 from . import checkpoint
-from .common import add_lora, micro_batches, native_bf16, set_threads, trim
+from .common import add_lora, native_bf16, pack_by_length, set_threads, trim
 from .health import SYNC_PROBE_TOKENS, RunHealthError, health_problem, train_inference_mismatch  # noqa: F401
-from .launch import check_rollout_tp, plan
+from .launch import (check_card, check_engine_fits, check_rollout_tp, matmul_params, model_shape, peak_flops, plan,
+                     train_flops_per_token, vllm_options)
 from .parallel import Parallel
 
 
@@ -59,8 +62,7 @@ class Critic(torch.nn.Module):
         torch.nn.init.zeros_(self.head.bias)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        right_padded = bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
-        hidden = self.body(input_ids=input_ids, attention_mask=None if right_padded else attention_mask)
+        hidden = self.body(input_ids=input_ids, attention_mask=causal_attention_mask(attention_mask))
         values = self.head(hidden.last_hidden_state).squeeze(-1).float()
         return torch.nn.functional.pad(values[:, :-1], (1, 0))
 
@@ -93,22 +95,37 @@ class Trainer:
         self.sharding = self.parallel.kind
         check_rollout_tp(cfg.rollout_tp, self.parallel.world,
                          torch.cuda.device_count() if torch.cuda.is_available() else None)
-        model = load_pretrained(AutoModelForCausalLM, self.model_dir, dtype=torch.float32)
+        card = torch.cuda.get_device_properties(self.parallel.device) if self.parallel.device.type == "cuda" else None
+        if card is not None:   # a plan that cannot fit is refused before anything is loaded onto the card
+            check_card(cfg, model_shape(self.model_dir), card.total_memory, card.name, self.parallel.world,
+                       self.sharding)
+        # Under LoRA the base is frozen: a bf16 run holds it in bf16 (the adapters train in fp32), and the reference
+        # is that base with the adapters switched off, not a copy. Full fine-tuning keeps fp32 master weights.
+        base_dtype = torch.bfloat16 if cfg.bf16 and cfg.lora_rank else torch.float32
+        model = load_pretrained(AutoModelForCausalLM, self.model_dir, dtype=base_dtype)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        ref = copy.deepcopy(model).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
+        ref = copy.deepcopy(model).eval().requires_grad_(False) if cfg.kl_coef > 0 and not cfg.lora_rank else None
         if cfg.lora_rank:
+            torch.manual_seed(cfg.seed)   # the adapters' random init: the same run starts from the same adapters
             model = add_lora(model, r=cfg.lora_rank)
         self.estimator = adv_fns.ESTIMATORS[cfg.algorithm]
         critic = Critic(self.model_dir) if self.estimator.needs_critic else None
         self.model, self.optimizer, self.ref, self.critic, self.critic_optimizer = self.parallel.place(
             model, ref, critic, lr=cfg.lr, critic_lr=cfg.critic_lr, weight_decay=cfg.weight_decay,
             grad_clip=cfg.grad_clip, lora=bool(cfg.lora_rank))
-        # a bf16 run samples from bf16 weights (half the memory the launch plan counts for them); an fp32 run's
-        # engine computes the same log-probs as the trainer
-        self.engine = make_engine(cfg.engine, self.model_dir, max_model_len=cfg.max_total_tokens + cfg.max_tokens,
-                                  seed=cfg.seed, tokenizer=self.tokenizer, kv_cache_gib=cfg.kv_cache_gib,
-                                  tensor_parallel_size=cfg.rollout_tp, dtype="bfloat16" if cfg.bf16 else "float32")
+        if engine_kind(cfg.engine) == "hf" and self.sharding in ("none", "ddp"):
+            # the HF engine samples with the policy itself, on its device: nothing to copy at a weight sync
+            self.engine = HFEngine(model=self.accelerator.unwrap_model(self.model), tokenizer=self.tokenizer,
+                                   seed=cfg.seed)
+        else:
+            # a bf16 run samples from bf16 weights (half the memory the launch plan counts for them); an fp32 run's
+            # engine computes the same log-probs as the trainer
+            options = vllm_options(cfg, sum(p.numel() for p in model.parameters()),
+                                   card.total_memory if card is not None else None)
+            if card is not None and engine_kind(cfg.engine) == "vllm":
+                check_engine_fits(options, torch.cuda.mem_get_info(self.parallel.device)[0], card.total_memory)
+            self.engine = make_engine(cfg.engine, self.model_dir, seed=cfg.seed, tokenizer=self.tokenizer, **options)
         set_threads(cfg.threads)   # the engine may have changed torch's thread count
         if self.sharding == "fsdp":
             # under FSDP's cpu-RAM-efficient loading transformers gives every process but the first zeros, which the
@@ -173,6 +190,7 @@ class Trainer:
             raise RuntimeError(f"step {step}: no usable episode ({len(failed)} failed): check the env server")
         groups = TrajectoryGroup.of(usable)
         train_on = self.groups_to_train(groups) if cfg.filter_groups else groups
+        self.engine.sleep()   # its device memory goes to the update; the weight sync takes it back
         update = self.update(train_on, step)
         learn = update["optimizer_steps"] > 0
         t_sync = time.perf_counter()
@@ -245,8 +263,7 @@ class Trainer:
         mismatch = train_inference_mismatch([t.sampled_logprobs for t in trajs], old_logp, mask)
         cut = torch.tensor([not t.done and not t.truncated for t in trajs])   # by the horizon
         group = torch.tensor([t.group for t in trajs])
-        kl = (cfg.kl_coef * kl_penalty(old_logp, ref_logp, cfg.kl_type)
-              if cfg.kl_in_reward and self.ref is not None else None)
+        kl = cfg.kl_coef * kl_penalty(old_logp, ref_logp, cfg.kl_type) if cfg.kl_in_reward and cfg.kl_coef > 0 else None
         adv, returns = adv_fns.assign_credit(cfg.algorithm, adv_fns.Credit(
             torch.tensor([t.reward for t in trajs]), group, mask, batch["rewards"], old_values,
             turn_ids=batch["turn_ids"], anchors=[t.anchors for t in trajs],
@@ -275,8 +292,8 @@ class Trainer:
                 self.optimizer.zero_grad()
                 if self.critic is not None:
                     self.critic_optimizer.zero_grad()
-                micros = [[rows[i] for i in m] for m in micro_batches([lengths[i] for i in rows],
-                                                                      cfg.micro_batch_tokens)]
+                micros = [[rows[i] for i in m] for m in pack_by_length([lengths[i] for i in rows],
+                                                                       cfg.micro_batch_tokens)]
                 passes = par.passes(len(micros))
                 for j in range(passes):
                     real = j < len(micros)   # past its own micro-batches a process repeats one, weighted 0
@@ -303,6 +320,14 @@ class Trainer:
         out.update(mismatch)
         out.update(optimizer_steps=n_updates if learn else 0, logprob_seconds=t_logprob,
                    update_seconds=t_update, train_tokens_per_s=tokens_seen / max(t_update, 1e-9))
+        peak = peak_flops(torch.cuda.get_device_name(self.parallel.device)) if self.parallel.device.type == "cuda" \
+            else None
+        if peak and learn and tokens_seen:
+            model, seqs = self.accelerator.unwrap_model(self.model), cfg.ppo_epochs * len(trajs)
+            flops = tokens_seen * train_flops_per_token(matmul_params(model), model.config.num_hidden_layers,
+                                                        model.config.hidden_size, tokens_seen / seqs,
+                                                        lora=bool(cfg.lora_rank))
+            out["mfu"] = flops / max(t_update, 1e-9) / peak   # model FLOPs over the card's bf16 peak
         return out
 
     def _mini_batches(self, group: list[int], rng: random.Random) -> list[list[int]]:
@@ -336,7 +361,7 @@ class Trainer:
         loss = pg - cfg.entropy_coef * ent
         parts = {"pg_loss": pg.item(), "entropy": ent.item(), "clip_frac": info["clip_frac"] * share, "kl": 0.0,
                  "dual_clip_frac": info["dual_clip_frac"] * share}
-        if self.ref is not None:
+        if cfg.kl_coef > 0:
             kl = aggregate(kl_penalty(logp, ref_logp, cfg.kl_type), m, cfg.loss_agg, global_tokens=global_tokens,
                            global_seqs=global_seqs)
             parts["kl"] = kl.item()
@@ -357,7 +382,7 @@ class Trainer:
         B, T = batch["input_ids"].shape
         old, ref, values = torch.zeros(B, T), torch.zeros(B, T), torch.zeros(B, T)
         self.model.eval()
-        groups = micro_batches(lengths, self.cfg.micro_batch_tokens)
+        groups = pack_by_length(lengths, self.cfg.micro_batch_tokens)
         for j in range(self.parallel.passes(len(groups))):
             rows = groups[min(j, len(groups) - 1)]   # past its own, a process repeats its last (same result)
             mb = self._on_device(trim(batch, rows))
@@ -365,18 +390,30 @@ class Trainer:
             with self.accelerator.autocast():
                 old[rows, :t] = token_logprobs(self.model, mb["input_ids"], mb["attention_mask"],
                                                temperature=self.cfg.temperature).float().cpu()
-                if self.ref is not None:
-                    ref[rows, :t] = token_logprobs(self.ref, mb["input_ids"], mb["attention_mask"],
-                                                   temperature=self.cfg.temperature).float().cpu()
+                if self.cfg.kl_coef > 0:
+                    with self._reference() as reference:
+                        ref[rows, :t] = token_logprobs(reference, mb["input_ids"], mb["attention_mask"],
+                                                       temperature=self.cfg.temperature).float().cpu()
                 if self.critic is not None:
                     values[rows, :t] = self.critic(mb["input_ids"], mb["attention_mask"]).float().cpu()
         return old, ref, values
+
+    @contextlib.contextmanager
+    def _reference(self):
+        """The frozen reference policy: its own copy, or under LoRA the policy with its adapters switched off."""
+        if self.ref is not None:
+            yield self.ref
+        else:
+            with self.accelerator.unwrap_model(self.model).disable_adapter():
+                yield self.model
 
     def _on_device(self, tensors: dict) -> dict:
         return {k: v.to(self.parallel.device) for k, v in tensors.items()}
 
     # ------------------------------------------------------------------------------------------- weight sync
     def sync_engine(self) -> None:
+        if getattr(self.engine, "shares_model", False):   # it samples with the policy itself
+            return
         self.engine.load_weights(self.parallel.engine_weights(self.model).items())
 
     @torch.no_grad()
