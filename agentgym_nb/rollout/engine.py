@@ -109,7 +109,7 @@ def engine_kind(kind: str) -> str:
 
 class LazyEngine(Engine):
     """`make_engine(kind, model_dir, **options)`, started on the first `generate`: an evaluation whose results are
-    all cached (rollout/evaluation.py resumes from its results file) costs no engine start."""
+    all cached (evaluate/run.py resumes from its results file) costs no engine start."""
 
     def __init__(self, kind: str, model_dir: str, **options):
         self.kind, self.model_dir, self.options, self.engine = kind, model_dir, options, None

@@ -36,9 +36,9 @@ from ..algos import advantages as adv_fns
 from ..algos.losses import (aggregate, causal_attention_mask, explained_variance, kl_penalty, policy_loss,
                              token_logprobs, value_loss)
 from ..config import PRESETS, RunConfig, item_pool, make_config, round_schedule
-from ..rollout.evaluation import evaluate
+from ..evaluate.run import evaluate
 from ..rollout.engine import HFEngine, SamplingParams, engine_kind, load_pretrained, make_engine
-from ..rollout.runner import RolloutStats, run_episodes, write_rollout_log
+from ..rollout.runner import RolloutStats, mix_seed, run_episodes, write_rollout_log
 from ..rollout.trajectory import ChatFormat, TrajectoryGroup, collate
 from . import checkpoint
 from .common import add_lora, native_bf16, pack_by_length, set_threads, trim
@@ -153,7 +153,7 @@ class Trainer:
         for index in range((step - 1) * k, step * k):
             epoch, pos = divmod(index, len(pool))
             order = pool[:]
-            random.Random(self.cfg.seed * 1_000_003 + epoch).shuffle(order)
+            random.Random(mix_seed(self.cfg.seed, epoch)).shuffle(order)
             out.append(order[pos])
         return out
 
@@ -171,7 +171,7 @@ class Trainer:
         rounds = self.rounds_at(step)
         stats = RolloutStats()
         params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
-                                seed=cfg.seed * 1_000_003 + step)
+                                seed=mix_seed(cfg.seed, step))
         items, rank, world = self.items_for_step(step), self.parallel.rank, self.parallel.world
         mine = list(range(rank, len(items), world))   # data parallel: each process plays its share of the groups
         trajs = run_episodes(self.engine, self.env_factory, [items[g] for g in mine], self.chat,
@@ -282,7 +282,7 @@ class Trainer:
             sums.update(value_loss=0.0, value_clip_frac=0.0)
         n_updates, tokens_seen = 0, 0
         self.model.train()
-        rng = random.Random(cfg.seed * 7_919 + step)   # each epoch deals the groups anew
+        rng = random.Random(mix_seed(cfg.seed, step, stride=7_919))   # each epoch deals the groups anew
         for _ in range(cfg.ppo_epochs):
             for rows in self._mini_batches(group.tolist(), rng):
                 # token-mean over the mini-batch of ALL processes: their gradients are summed
