@@ -75,6 +75,9 @@ class RunConfig:
     kl_coef: float = 0.001               # KL to the frozen reference (0 disables the reference)
     kl_type: str = "low_var_kl"          # k1, k2 (mse), k3 (low_var_kl), abs
     kl_in_reward: bool = False           # KL as a per-token reward penalty (REINFORCE++, GAE) instead of a loss term
+    tis_cap: float | None = None         # truncated importance sampling: weight each policy token's loss by
+                                         # min(pi_trainer / pi_engine, tis_cap), correcting for an engine that samples
+                                         # from slightly other numbers (bf16 vLLM beside an fp32 trainer); None = off
     gamma: float = 1.0                   # discount per trainable token (REINFORCE++, GAE), per turn (GiGPO)
     lam: float = 1.0                     # GAE's lambda
     gigpo_step_weight: float = 1.0       # GiGPO: weight omega of the step-level advantage
@@ -141,6 +144,7 @@ DOTTED_KEYS = {
     "algorithm.kl_ctrl.kl_coef": "kl_coef",
     "algorithm.kl_penalty": "kl_type",
     "algorithm.use_kl_in_reward": "kl_in_reward",
+    "algorithm.rollout_correction.rollout_is_threshold": "tis_cap",   # verl's token-level rollout correction
     "algorithm.gamma": "gamma",
     "algorithm.lam": "lam",
     "algorithm.gigpo.step_advantage_w": "gigpo_step_weight",
@@ -421,6 +425,11 @@ def validate(cfg: RunConfig) -> None:
                          f"{cfg.algorithm} has none (set cut_out_of_baseline=False)")
     if not (isinstance(cfg.cut_turn_discount, (int, float)) and 0 < cfg.cut_turn_discount <= 1):
         raise ValueError(f"cut_turn_discount must be in (0, 1] (1: no discount), got {cfg.cut_turn_discount!r}")
+    if cfg.tis_cap is not None and (isinstance(cfg.tis_cap, bool) or not isinstance(cfg.tis_cap, (int, float))
+                                    or not cfg.tis_cap >= 1):
+        raise ValueError(f"tis_cap (the truncation of the importance weights pi_trainer / pi_engine) must be a "
+                         f"number >= 1, e.g. 2.0 (verl's default), or None to turn the correction off; "
+                         f"got {cfg.tis_cap!r}")
     if isinstance(cfg.temperature, bool) or not isinstance(cfg.temperature, (int, float)) or not cfg.temperature > 0:
         raise ValueError(f"temperature (training rollouts) must be > 0: the policy's log-probs divide the logits by it, "
                          f"and PPO's ratio needs a sampling distribution; got {cfg.temperature!r} (greedy decoding "

@@ -293,3 +293,12 @@ def test_validation_accepts_exactly_what_the_owners_list():
             assert getattr(make_config(preset="smoke", **{field: name}), field) == name
         with pytest.raises(ValueError, match=re.escape(f"unknown {field} 'nope'. Valid: {', '.join(names)}")):
             make_config(preset="smoke", **{field: "nope"})
+
+
+def test_truncated_importance_sampling_is_off_by_default_and_takes_verls_key():
+    assert make_config(preset="smoke").tis_cap is None
+    cfg = make_config(preset="smoke", overrides=["algorithm.rollout_correction.rollout_is_threshold=2.0"])
+    assert cfg.tis_cap == 2.0
+    for bad in (0.5, True, "two"):
+        with pytest.raises(ValueError, match="tis_cap .* must be a number >= 1"):
+            make_config(preset="smoke", overrides={"tis_cap": bad})

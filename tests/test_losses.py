@@ -215,3 +215,25 @@ def test_chunked_log_probs_equal_the_whole_and_never_hold_more_logits_than_a_chu
     assert chunked[2].keys() == whole[2].keys() and whole[2]
     for name, g in whole[2].items():
         assert torch.allclose(chunked[2][name], g, atol=1e-6), name
+
+
+def test_truncated_importance_weights_by_hand():
+    """w = min(exp(trainer - engine), cap): exp(0.5) = 1.6487 -> capped at 1.5; exp(-1.5) = 0.2231; an unknown
+    engine log-prob (NaN) weighs 1; no gradient flows through the weights."""
+    from agentgym_nb.algos.losses import truncated_is_weights
+    trainer = torch.tensor([[-1.0, -2.0, -0.3]], requires_grad=True)
+    engine = torch.tensor([[-1.5, -0.5, float("nan")]])
+    w = truncated_is_weights(trainer, engine, cap=1.5)
+    assert w.tolist() == [pytest.approx([1.5, math.exp(-1.5), 1.0])]
+    assert not w.requires_grad
+
+
+def test_policy_loss_weights_each_tokens_loss_by_its_importance_weight():
+    """ratio 1 everywhere (logp = old_logp), A = +1: L_t = -1 per token; weights [0.5, 2.0] give
+    token-mean -(0.5 + 2.0) / 2 = -1.25; the gradient of each token's log-prob is scaled the same way."""
+    logp = torch.zeros(1, 2, requires_grad=True)
+    loss, _ = policy_loss(logp, torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2),
+                          is_weights=torch.tensor([[0.5, 2.0]]))
+    assert loss.item() == pytest.approx(-1.25)
+    loss.backward()
+    assert logp.grad.tolist() == [pytest.approx([-0.25, -1.0])]   # d/dlogp of -w * exp(logp - old) / 2

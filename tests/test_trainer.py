@@ -383,3 +383,32 @@ def test_an_fp32_run_and_then_a_bf16_run_train_in_one_process(tmp_path, nano_dir
             assert trainer.train_step()["optimizer_steps"] >= 1
         finally:
             trainer.close()
+
+
+def test_truncated_importance_sampling_weights_reach_the_loss(tmp_path, nano_dir):
+    """tis_cap: the loss gets w = min(exp(trainer - engine log-prob), cap) on every policy token. The engine's
+    log-probs are moved by +-0.3 per token (as a bf16 engine's differ from an fp32 trainer's, only larger), so some
+    weights are capped and some are below 1; the step reports their mean and the truncated share."""
+    from agentgym_nb.algos.losses import truncated_is_weights
+    cfg = smoke_config(tmp_path, "tis", engine="hf", tis_cap=1.2, samples_per_prompt=4, ppo_epochs=1, mini_batches=1,
+                       micro_batch_tokens=1 << 20)
+    trainer = Trainer(cfg, log=lambda *a: None)
+    seen, real_loss = [], trainer._loss
+    trainer._loss = lambda mb, per_token, *args: seen.append(per_token) or real_loss(mb, per_token, *args)
+    trajs = real_rollouts_with_known_scores(trainer)
+    for t in trajs:
+        t.sampled_logprobs = [lp + (0.3 if i % 2 else -0.3) for i, lp in enumerate(t.sampled_logprobs)]
+    out = trainer.update(TrajectoryGroup.of(trajs), 1)
+    (per_token,) = seen
+    from agentgym_nb.rollout.trajectory import collate
+    batch = collate(trajs, trainer.tokenizer.pad_token_id)
+    m = batch["loss_mask"].bool()
+    engine = torch.full(m.shape, float("nan"))
+    for b, t in enumerate(trajs):
+        engine[b, m[b]] = torch.tensor(t.sampled_logprobs)
+    expected = truncated_is_weights(per_token["old_logp"], engine, 1.2)
+    assert torch.allclose(per_token["is_weights"][m], expected[m])
+    w = per_token["is_weights"][m]
+    assert (w == 1.2).any() and (w < 0.9).any()
+    assert out["tis_weight_mean"] == pytest.approx(float(w.mean())) and 0 < out["tis_truncated"] < 1
+    trainer.close()

@@ -143,14 +143,28 @@ def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "low_var_kl") -> Tens
     return (torch.exp(-d) + d - 1).clamp(-10, 10)
 
 
+def truncated_is_weights(trainer_logp: Tensor, engine_logp: Tensor, cap: float) -> Tensor:
+    """Truncated importance sampling (TIS; Yao et al. 2025, verl's token-level rollout correction):
+    w_t = min(pi_trainer(y_t) / pi_engine(y_t), cap) = min(exp(trainer_logp - engine_logp), cap), no gradient.
+
+    The PPO ratio compares the policy with its own log-probs of the sampled tokens (pi_old), but the tokens were
+    drawn by the engine, whose numbers differ a little (another precision, other kernels); w reweights each token's
+    loss from the engine's distribution to the trainer's, truncated at `cap` so that no token weighs without bound.
+    Tokens whose engine log-prob is unknown (NaN) get w = 1."""
+    w = torch.exp((trainer_logp - engine_logp).clamp(max=20)).clamp(max=cap)
+    return torch.where(engine_logp.isnan(), torch.ones_like(w), w).detach()
+
+
 def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, loss_mask: Tensor, clip_ratio: float = 0.2,
                 clip_ratio_high: float | None = None, dual_clip_c: float | None = None, agg: str = "token-mean",
-                global_tokens: int | None = None, global_seqs: int | None = None) -> tuple[Tensor, dict[str, float]]:
+                global_tokens: int | None = None, global_seqs: int | None = None,
+                is_weights: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
     """PPO clipped surrogate, per token: L = max(-A * rho, -A * clip(rho, 1 - eps_low, 1 + eps_high)).
 
     rho = exp(logp - old_logp); eps_low = clip_ratio, eps_high = clip_ratio_high or clip_ratio. With dual clip
     (Ye et al. 2020), tokens with A < 0 use min(L, -A * c), c = dual_clip_c > 1, which bounds the loss when rho is
-    huge. Returns (aggregate(L), metrics): ``clip_frac`` (share of trainable tokens where the clipped term won),
+    huge. With ``is_weights`` (truncated_is_weights), each token's L is multiplied by its weight.
+    Returns (aggregate(L), metrics): ``clip_frac`` (share of trainable tokens where the clipped term won),
     ``dual_clip_frac`` (where the dual clip bound won; 0 without dual clip), ``approx_kl`` = masked
     mean(old_logp - logp). Metrics are local to this micro-batch.
     """
@@ -170,6 +184,8 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, loss_mask: T
         bound = -advantages * dual_clip_c
         dual = (advantages < 0) & (bound < loss_mat)
         loss_mat = torch.where(dual, bound, loss_mat)
+    if is_weights is not None:
+        loss_mat = loss_mat * is_weights
     metrics = {
         "clip_frac": masked_mean((clipped > unclipped).float(), m).item(),
         "dual_clip_frac": masked_mean(dual.float(), m).item(),

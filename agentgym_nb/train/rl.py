@@ -34,7 +34,7 @@ from accelerate import Accelerator
 from .. import envs, models
 from ..algos import advantages as adv_fns
 from ..algos.losses import (aggregate, causal_attention_mask, explained_variance, kl_penalty, policy_loss,
-                             token_logprobs, value_loss)
+                             token_logprobs, truncated_is_weights, value_loss)
 from ..config import PRESETS, RunConfig, item_pool, make_config, round_schedule
 from ..evaluate.run import evaluate
 from ..rollout.engine import HFEngine, SamplingParams, engine_kind, load_pretrained, make_engine
@@ -272,6 +272,11 @@ class Trainer:
             kl_penalty=kl, cut=cut, cut_turn_discount=cfg.cut_turn_discount, sum_over_processes=par.sum_tensor)
         per_token = {"old_logp": old_logp, "ref_logp": ref_logp, "adv": adv, "old_values": old_values,
                      "returns": returns if returns is not None else old_values}
+        if cfg.tis_cap is not None:   # truncated importance sampling: from the engine's distribution to the trainer's
+            engine_logp = torch.full_like(old_logp, float("nan"))
+            for b, t in enumerate(trajs):
+                engine_logp[b, mask[b].bool()] = torch.tensor(t.sampled_logprobs, dtype=engine_logp.dtype)
+            per_token["is_weights"] = truncated_is_weights(old_logp, engine_logp, cfg.tis_cap)
         # Dynamic sampling may leave no signal on any process: every advantage 0 (GRPO and RLOO when no group's scores
         # differ; REINFORCE++ when every score is equal, gamma is 1 and no KL is in the reward). An optimizer step
         # would only replay Adam's momentum from earlier steps; the losses (KL, entropy) are measured.
@@ -318,6 +323,10 @@ class Trainer:
         if returns is not None:
             out["explained_variance"] = explained_variance(old_values, returns, mask)
         out.update(mismatch)
+        if "is_weights" in per_token:
+            w = per_token["is_weights"][mask.bool()]
+            out.update(tis_weight_mean=float(w.mean()) if len(w) else 1.0,
+                       tis_truncated=float((w >= cfg.tis_cap).float().mean()) if len(w) else 0.0)
         out.update(optimizer_steps=n_updates if learn else 0, logprob_seconds=t_logprob,
                    update_seconds=t_update, train_tokens_per_s=tokens_seen / max(t_update, 1e-9))
         peak = peak_flops(torch.cuda.get_device_name(self.parallel.device)) if self.parallel.device.type == "cuda" \
@@ -350,13 +359,14 @@ class Trainer:
         T, m = mb["input_ids"].shape[1], mb["loss_mask"]
         old_logp, ref_logp, adv, old_values, returns = (per_token[k][:, :T] for k in
                                                          ("old_logp", "ref_logp", "adv", "old_values", "returns"))
+        is_weights = per_token["is_weights"][:, :T] if "is_weights" in per_token else None
         agg = dict(agg=cfg.loss_agg, global_tokens=global_tokens, global_seqs=global_seqs)
         share = int(m.sum()) / max(global_tokens, 1)   # this micro-batch's share of the mini-batch's tokens
         with self.accelerator.autocast():
             logp, entropy = token_logprobs(self.model, mb["input_ids"], mb["attention_mask"],
                                            temperature=cfg.temperature, with_entropy=True)
         pg, info = policy_loss(logp, old_logp, adv, m, clip_ratio=cfg.clip_ratio, clip_ratio_high=cfg.clip_ratio_high,
-                               dual_clip_c=cfg.clip_ratio_c, **agg)
+                               dual_clip_c=cfg.clip_ratio_c, is_weights=is_weights, **agg)
         ent = aggregate(entropy, m, cfg.loss_agg, global_tokens=global_tokens, global_seqs=global_seqs)
         loss = pg - cfg.entropy_coef * ent
         parts = {"pg_loss": pg.item(), "entropy": ent.item(), "clip_frac": info["clip_frac"] * share, "kl": 0.0,
