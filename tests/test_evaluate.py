@@ -275,7 +275,7 @@ def test_cli_merges_the_adapters_of_a_lora_run(tmp_path, nano_dir):
         assert sorted(env.url for env in placed) == sorted([url_a, url_b])   # new envs go to each server in turn
         for env in placed:
             env.close()
-        merged = merged_state_dict(trainer.accelerator.unwrap_model(trainer.model))
+        merged = {k: v.cpu() for k, v in merged_state_dict(trainer.accelerator.unwrap_model(trainer.model)).items()}
         trainer.close()
     # with the adaptive defaults (at least 10 steps per horizon) step 2 would still play H=1
     assert [m["max_rounds"] for m in history] == [1, 2]

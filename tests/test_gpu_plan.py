@@ -100,3 +100,16 @@ def test_the_hf_engine_shares_the_policy_only_where_it_is_whole():
     sharded = launch.memory_per_gpu(full, shape, 2, "fsdp")
     assert sharded["engine weights"] == pytest.approx(2 * 0.494)   # an own copy beside the shards
     assert torch.__version__   # (the module imports torch for the planner's callers; nothing else needed)
+
+
+def test_cpu_side_models_ask_the_cpu_about_bf16_even_where_a_gpu_exists(monkeypatch):
+    """native_bf16 answers for the device asked about: a model trained on the CPU of a GPU machine (SFT, DPO and
+    AgentEvol helpers) is judged by the CPU's oneDNN kernels, not by the GPU."""
+    from agentgym_nb.train.common import autocast, native_bf16
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)   # an AVX2-only CPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)                       # beside a bf16 GPU
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert native_bf16("cuda") is True and native_bf16() is True   # the GPU, when there is one
+    assert native_bf16("cpu") is False                               # not the GPU's answer
+    with autocast("cpu"):
+        assert not torch.is_autocast_enabled("cpu")                  # a CPU model trains in fp32 there

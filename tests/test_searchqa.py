@@ -465,3 +465,21 @@ def test_cli_serves_searchqa(env):
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_retrieval_uses_numpy_whatever_jax_is_installed(tmp_path):
+    """bm25s imports jax when it can and runs it at import; a jax whose CUDA plugin cannot start (as one preinstalled
+    on a GPU machine did) kills the process. A stand-in jax that ends any process importing it: bm25s imported as
+    is dies with it, the env's retrieval does not."""
+    fake = tmp_path / "site" / "jax"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("import os\nos._exit(3)\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    plain = subprocess.run([sys.executable, "-c", "import bm25s"], env=env, capture_output=True, timeout=120)
+    assert plain.returncode == 3, "the stand-in jax must kill a plain import of bm25s, or this test checks nothing"
+    code = ("from agentgym_nb.envs.searchqa import BM25\n"
+            "index = BM25.build(['the cat sat on the mat', 'dogs bark at night', 'a cat and a dog'])\n"
+            "print(index.search('cat', 2))\n")
+    ours = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert ours.returncode == 0, ours.stderr[-2000:]
+    assert ours.stdout.strip() in ("[0, 2]", "[2, 0]")

@@ -238,7 +238,7 @@ def test_the_trainer_loss_applies_the_configured_clip_and_dual_clip(tmp_path, na
     from agentgym_nb.algos.losses import token_logprobs
     trainer = Trainer(smoke_config(tmp_path, "clip", engine="hf", clip_ratio_high=0.28, clip_ratio_c=3.0),
                       log=lambda *a: None)
-    batch = collate(real_rollouts_with_known_scores(trainer), trainer.tokenizer.pad_token_id)
+    batch = trainer._on_device(collate(real_rollouts_with_known_scores(trainer), trainer.tokenizer.pad_token_id))
     mask = batch["loss_mask"]
     with torch.no_grad():
         logp = token_logprobs(trainer.model, batch["input_ids"], batch["attention_mask"])

@@ -33,6 +33,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -121,6 +122,24 @@ class Retriever(Protocol):
         """Corpus rows of the (at most) k best passages for `query`, best first."""
 
 
+def _bm25s():
+    """bm25s, with its numpy backend whatever else is installed. Imported on first use (it is heavy), with jax hidden:
+    bm25s imports jax when it can and runs it at import, and a jax whose CUDA plugin cannot start (one preinstalled
+    on a GPU machine, in an env server's subprocess) takes the process down with it."""
+    if "bm25s" not in sys.modules:
+        hidden = {name: sys.modules.get(name) for name in ("jax", "jax.lax")}
+        sys.modules.update(dict.fromkeys(hidden))   # a None entry makes `import jax` raise ImportError
+        try:
+            import bm25s   # noqa: F401
+        finally:
+            for name, module in hidden.items():
+                if module is None:
+                    del sys.modules[name]
+                else:
+                    sys.modules[name] = module
+    return sys.modules["bm25s"]
+
+
 class BM25:
     """bm25s's Lucene BM25 (k1 1.5, b 0.75) over Snowball-stemmed English tokens, stopwords removed."""
 
@@ -130,7 +149,7 @@ class BM25:
 
     @classmethod
     def build(cls, texts: list[str]) -> "BM25":
-        import bm25s  # heavy: loaded only where an index is built, loaded or searched
+        bm25s = _bm25s()
         model = bm25s.BM25()
         tokens = bm25s.tokenize(texts, stopwords="en", stemmer=Stemmer.Stemmer("english"), show_progress=False)
         model.index(tokens, show_progress=False)
@@ -138,16 +157,14 @@ class BM25:
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> "BM25":
-        import bm25s  # heavy: loaded only where an index is built, loaded or searched
-        return cls(bm25s.BM25.load(str(directory), mmap=True, show_progress=False))
+        return cls(_bm25s().BM25.load(str(directory), mmap=True, show_progress=False))
 
     def save(self, directory: str | os.PathLike) -> None:
         self.model.save(str(directory), show_progress=False)
 
     def search(self, query: str, k: int) -> list[int]:
-        import bm25s  # heavy: loaded only where an index is built, loaded or searched
         with self._lock:
-            tokens = bm25s.tokenize([query], stopwords="en", stemmer=self.stemmer, return_ids=False,
+            tokens = _bm25s().tokenize([query], stopwords="en", stemmer=self.stemmer, return_ids=False,
                                     show_progress=False)
             scores = self.model.get_scores(tokens[0]) if tokens[0] else np.zeros(1, dtype=np.float32)
         # bm25s's own top-k (argpartition) is slow on mostly-zero scores; only matching passages can win

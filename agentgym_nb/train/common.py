@@ -6,12 +6,14 @@ import os
 import torch
 
 
-def native_bf16() -> bool:
-    """Whether bf16 autocast pays here: a CUDA GPU with bf16, or a CPU whose oneDNN has bf16 kernels (AVX-512 and
-    up). Elsewhere bf16 is emulated: on an AVX2-only CPU a nano training step is an order of magnitude slower than
-    in fp32."""
-    if torch.cuda.is_available():
-        return torch.cuda.is_bf16_supported()
+def native_bf16(device_type: str | None = None) -> bool:
+    """Whether bf16 autocast pays on `device_type` ("cuda" or "cpu"; default: the GPU when there is one, else the
+    CPU): a CUDA GPU with bf16, or a CPU whose oneDNN has bf16 kernels (AVX-512 and up). Elsewhere bf16 is emulated:
+    on an AVX2-only CPU a nano training step is an order of magnitude slower than in fp32. Asked per device, so a
+    model trained on the CPU of a machine that also has a GPU is judged by its CPU."""
+    device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device_type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
@@ -19,8 +21,8 @@ def native_bf16() -> bool:
 
 
 def autocast(device_type: str, bf16: bool | None = None):
-    """bf16 autocast when `bf16` is True, fp32 when False; None: bf16 where the hardware has it (`native_bf16`)."""
-    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=native_bf16() if bf16 is None else bf16)
+    """bf16 autocast when `bf16` is True, fp32 when False; None: bf16 where `device_type` has it (`native_bf16`)."""
+    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=native_bf16(device_type) if bf16 is None else bf16)
 
 
 def micro_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
