@@ -18,7 +18,8 @@ KL_KINDS = {"k1": "kl", "kl": "kl", "abs": "abs", "k2": "mse", "mse": "mse", "k3
             "low_var_kl": "low_var_kl"}
 
 
-LOGITS_CHUNK_ELEMENTS = 1 << 24   # logits held at once when token_logprobs works in chunks (64 MB in fp32)
+LOGITS_CHUNK_ELEMENTS = 1 << 27   # logits held at once when token_logprobs works in chunks (512 MB in fp32): chunks
+                                 # of ~900 positions of a 150k vocabulary, large enough to keep a GPU busy
 
 
 def causal_attention_mask(attention_mask: Tensor) -> Tensor | None:
