@@ -19,7 +19,7 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -481,14 +481,9 @@ def behaviour_cloning(model, demos: list[Trajectory], chat: ChatFormat, *, valid
     for step in range(start, max_steps + 1):
         model.train()
         batch = collate(_similar_lengths(demos, batch_tokens, rng), pad)
-        logp = token_logprobs(model, batch["input_ids"], batch["attention_mask"])
-        loss = sft_loss(logp, batch["loss_mask"], int(batch["loss_mask"].sum()))
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        loss, _ = cloning_step(model, opt, [batch], int(batch["loss_mask"].sum()))
         sched.step()
-        losses.append(loss.item())
+        losses.append(loss)
         if step % check_every == 0 or step == max_steps:
             model.eval()
             record = {"step": step, "loss": sum(losses) / len(losses), "val_success": validate(model),
@@ -507,6 +502,30 @@ def behaviour_cloning(model, demos: list[Trajectory], chat: ChatFormat, *, valid
                 break
     model.eval()
     return history
+
+
+def cloning_step(model, opt, micro_batches: Iterable[dict], num_tokens: int, *, grad_clip: float = 1.0,
+                 autocast: Callable = contextlib.nullcontext) -> tuple[float, float]:
+    """One optimizer step of behaviour cloning (this build's and `train.sft.sft`'s) on a batch given as micro-batches
+    (`collate` dicts on the model's device), with num_tokens the trainable tokens of the whole batch:
+
+        L = - sum_{b,t} loss_mask[b,t] * log pi(x[b,t] | x[b,<t]) / num_tokens
+
+    summed over the micro-batches, so the gradient is the whole batch's whatever its split; then the gradient norm
+    clipped to `grad_clip` and one step of `opt`, under `autocast()` for the forward passes. Returns (L, the
+    gradient norm before clipping)."""
+    params = [p for group in opt.param_groups for p in group["params"]]
+    opt.zero_grad()
+    total = 0.0
+    for mb in micro_batches:
+        with autocast():
+            logp = token_logprobs(model, mb["input_ids"], mb["attention_mask"])
+        loss = sft_loss(logp, mb["loss_mask"], num_tokens)
+        loss.backward()
+        total += loss.item()
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
+    opt.step()
+    return total, grad_norm
 
 
 def cloning_lr_factor(step: int, max_steps: int, decay: bool) -> float:

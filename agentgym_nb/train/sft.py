@@ -21,8 +21,8 @@ import time
 
 import torch
 
+from ..models import cloning_step
 from ..rollout.trajectory import PROMPT, ChatFormat, Trajectory, collate
-from ..algos.losses import sft_loss, token_logprobs
 from .common import autocast, micro_batches, trim
 
 SPEAKERS = {"human": "user", "gpt": "assistant"}     # AgentGym's `from` -> chat-template role
@@ -189,19 +189,11 @@ def sft(model, trajectories: list[Trajectory], chat: ChatFormat, *, epochs: int 
 
 
 def _sft_step(model, params, opt, batch, micro_batch_tokens: int, grad_clip: float, bf16: bool | None):
+    """`models.cloning_step` on `batch` split into micro-batches of at most `micro_batch_tokens` (rows x longest)."""
     device = params[0].device
-    num_tokens = int(batch["loss_mask"].sum())
     lengths = batch["attention_mask"].sum(-1).tolist()
     by_length = sorted(range(len(lengths)), key=lengths.__getitem__)   # similar lengths share a micro-batch
-    opt.zero_grad()
-    total = 0.0
-    for micro in micro_batches([lengths[i] for i in by_length], micro_batch_tokens):
-        mb = {k: v.to(device) for k, v in trim(batch, [by_length[i] for i in micro]).items()}
-        with autocast(device.type, bf16):
-            logp = token_logprobs(model, mb["input_ids"], mb["attention_mask"])
-        loss = sft_loss(logp, mb["loss_mask"], num_tokens)
-        loss.backward()
-        total += loss.item()
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
-    opt.step()
-    return total, grad_norm
+    split = ({k: v.to(device) for k, v in trim(batch, [by_length[i] for i in micro]).items()}
+             for micro in micro_batches([lengths[i] for i in by_length], micro_batch_tokens))
+    return cloning_step(model, opt, split, int(batch["loss_mask"].sum()), grad_clip=grad_clip,
+                        autocast=lambda: autocast(device.type, bf16))
