@@ -46,7 +46,7 @@ from agentgym_nb.config import item_pool, make_config  # noqa: E402
 from agentgym_nb.rollout.engine import SamplingParams, make_engine  # noqa: E402
 from agentgym_nb.rollout import runner  # noqa: E402
 from agentgym_nb.rollout.runner import (RolloutStats, add_completion, close_quietly, fold_env_reply,  # noqa: E402
-                                        reset_env, run_episodes, step_env, turn_seed)
+                                        mix_seed, reset_env, run_episodes, step_env, turn_seed)
 from agentgym_nb.rollout.trajectory import ChatFormat, Trajectory  # noqa: E402
 from _common import commit, machine, versions  # bench/_common.py
 
@@ -150,7 +150,7 @@ class SlowEnv:
         return getattr(self.env, name)
 
     def _sleep(self) -> None:
-        rng = random.Random(1_000_003 * self.item + self.calls)
+        rng = random.Random(mix_seed(self.item, self.calls))
         self.calls += 1
         time.sleep(self.median_s * rng.lognormvariate(0.0, 1.0))
 
