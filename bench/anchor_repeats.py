@@ -2,6 +2,7 @@
 level is empty and it is GRPO.
 
     .venv/bin/python bench/anchor_repeats.py [--envs babyai textcraft] [--steps 2] [--babyai-tracks one-room long]
+    .venv/bin/python bench/anchor_repeats.py --preset smoke --out <file> ...   (a test of the script itself)
 
 For each env (and BabyAI track) the cpu preset's nano model (built if missing) plays the training groups of the
 first `--steps` training steps (the preset's prompts x oversampling x samples per prompt, at the preset's longest
@@ -11,9 +12,9 @@ horizon, T = 1), as training would. Over all turns:
   * step credit: the share of turns whose GiGPO step advantage is not 0 (a shared state whose turns' discounted
     returns differ, gamma 0.95), i.e. where GiGPO gives credit that GRPO does not;
   * the mean size of a step group with more than one turn.
-Writes bench/results/anchor_repeats.json: a row per env (and track), with the date and commit it was measured at;
-the rows of envs not measured again stay. The file is read again before each write, so one process per env can run
-beside another.
+Writes bench/results/anchor_repeats.json (or --out): a row per env (and track), with the date and commit it was
+measured at; the rows of envs not measured again stay. The file is read again before each write, so one process
+per env can run beside another.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 
 from _common import commit, machine, versions  # bench/_common.py
@@ -29,7 +31,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-def measure(env: str, track: str | None, steps: int, threads: int | None = None) -> dict:
+def measure(env: str, track: str | None, steps: int, threads: int | None = None, preset: str = "cpu",
+            engine: str | None = None) -> dict:
     import torch
 
     from agentgym_nb.algos.advantages import gigpo
@@ -38,8 +41,10 @@ def measure(env: str, track: str | None, steps: int, threads: int | None = None)
     from agentgym_nb.rollout.runner import mix_seed, run_episodes
     from agentgym_nb.rollout.trajectory import collate
     from agentgym_nb.train.rl import Trainer
-    cfg = make_config(preset="cpu", env=env, track=track, name=f"anchor-repeats-{env}-{track or 'default'}",
-                      **({"threads": threads} if threads else {}))
+    run_dir = tempfile.TemporaryDirectory(prefix="anchor_repeats_")   # the Trainer's run folder: nothing is kept
+    cfg = make_config(preset=preset, env=env, track=track, name=f"anchor-repeats-{env}-{track or 'default'}",
+                      out_dir=run_dir.name, **({"threads": threads} if threads else {}),
+                      **({"engine": engine} if engine else {}))
     trainer = Trainer(cfg, log=lambda *a: print(*a, flush=True))   # a missing nano is built first: minutes
     horizon = max(cfg.rounds)
     counts = {"turns": 0, "shared": 0, "later_turns": 0, "later_shared": 0, "step_credit": 0, "episodes": 0}
@@ -78,13 +83,15 @@ def measure(env: str, track: str | None, steps: int, threads: int | None = None)
                         counts["later_shared"] += shared
     finally:
         trainer.close()
+        run_dir.cleanup()
     share = lambda a, b: counts[a] / counts[b] if counts[b] else None   # noqa: E731
-    return {"env": env, "track": cfg.track, "horizon": horizon, "groups_per_step": cfg.prompts_per_step * cfg.oversample,
+    return {"env": env, "track": cfg.track, "preset": preset, "horizon": horizon,
+            "groups_per_step": cfg.prompts_per_step * cfg.oversample,
             "samples_per_prompt": cfg.samples_per_prompt, "steps": steps, **counts,
             "shared_share": share("shared", "turns"), "shared_past_turn_1_share": share("later_shared", "later_turns"),
             "step_credit_share": share("step_credit", "turns"),
             "mean_step_group_size": sum(sizes) / len(sizes) if sizes else None, "seconds": round(time.time() - t0, 1),
-            "threads": cfg.threads}
+            "threads": cfg.threads, "engine": cfg.engine}
 
 
 def main() -> None:
@@ -92,12 +99,16 @@ def main() -> None:
     ap.add_argument("--envs", nargs="+", default=["babyai", "textcraft", "sciworld", "searchqa", "webarena"])
     ap.add_argument("--babyai-tracks", nargs="+", default=["one-room", "long"])
     ap.add_argument("--steps", type=int, default=2)
-    ap.add_argument("--threads", type=int, help="torch threads (default: the cpu preset's); 1 beside another job")
+    ap.add_argument("--threads", type=int, help="torch threads (default: the preset's); 1 beside another job")
+    ap.add_argument("--preset", default="cpu", choices=("cpu", "smoke"), help="smoke: a test of this script")
+    ap.add_argument("--engine", choices=("vllm", "hf"), help="default: the preset's")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "anchor_repeats.json"))
     args = ap.parse_args()
-    path = os.path.join(ROOT, "bench", "results", "anchor_repeats.json")
+    path = args.out
     for env in args.envs:
         for track in (args.babyai_tracks if env == "babyai" else [None]):
-            row = {**measure(env, track, args.steps, args.threads), "date": time.strftime("%Y-%m-%d"),
+            row = {**measure(env, track, args.steps, args.threads, args.preset, args.engine),
+                   "date": time.strftime("%Y-%m-%d"),
                    "commit": commit()}
             # read just before writing: two processes (one env each, one core each) may finish in any order
             result = json.load(open(path)) if os.path.exists(path) else {"rows": {}}

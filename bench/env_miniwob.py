@@ -1,11 +1,12 @@
 """MiniWoB env: browser start, reset time, env steps/s, expert success, browser memory over many episodes.
 
-    .venv/bin/python bench/env_miniwob.py [--episodes 1000] [--seeds 2]
+    .venv/bin/python bench/env_miniwob.py [--episodes 1000] [--seeds 2] [--tasks N] [--out FILE]
 
-One env (one headless Chromium) plays the expert on `--seeds` seeds of every task the expert covers (the expert's
-replies are computed first, in its own browser, and not timed), then runs `--episodes` short episodes (reset + one
-click) round-robin over all tasks, sampling the browser's memory (PSS and RSS summed over chromedriver, chromium
-and its children) and process count as it goes. Writes bench/results/env_miniwob.json and prints a summary.
+One env (one headless Chromium) plays the expert on `--seeds` seeds of every task the expert covers (or the first
+`--tasks` of them; the expert's replies are computed first, by a second env in its own browser, closed before the
+timing, and not timed), then runs `--episodes` short episodes (reset + one click) round-robin over all tasks,
+sampling the browser's memory (PSS and RSS summed over chromedriver, chromium and its children) and process count
+as it goes. Writes bench/results/env_miniwob.json (or --out) and prints a summary.
 Timings on a shared 2-core machine are rough.
 """
 from __future__ import annotations
@@ -13,10 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
+
+from _common import commit, machine  # bench/_common.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -38,6 +40,8 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--episodes", type=int, default=1000)
     p.add_argument("--seeds", type=int, default=2)
+    p.add_argument("--tasks", type=int, default=None, help="only the first N tasks the expert covers (quick runs)")
+    p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "env_miniwob.json"))
     args = p.parse_args()
 
     env = MiniWoB()
@@ -45,10 +49,10 @@ def main() -> None:
     env.reset(0)
     first_reset = time.perf_counter() - start
 
-    items = [TASKS.index(task) + seed * len(TASKS) for seed in range(args.seeds) for task in EXPERT_TASKS]
-    plans = {item: env.expert(item) for item in items}
-    env._expert_env.close()
-    env._expert_env = None
+    items = [TASKS.index(task) + seed * len(TASKS) for seed in range(args.seeds) for task in EXPERT_TASKS[:args.tasks]]
+    planner = MiniWoB()   # the solvers read the pages they act on: played in a browser of their own, then closed
+    plans = {item: [text for text, _ in planner.expert_episode(item)[1]] for item in items}
+    planner.close()
     resets, steps, solved, step_seconds = [], 0, 0, 0.0
     for item in items:
         start = time.perf_counter()
@@ -72,8 +76,7 @@ def main() -> None:
     env.close()
 
     result = {
-        "benchmark": "env_miniwob",
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "benchmark": "env_miniwob", "date": time.strftime("%Y-%m-%d"), "commit": commit(), "machine": machine(),
         "tasks": len(TASKS),
         "expert_tasks": len(EXPERT_TASKS),
         "first_reset_seconds_with_browser_start": round(first_reset, 2),
@@ -87,8 +90,8 @@ def main() -> None:
                                       "episodes_per_s": round(args.episodes / churn_seconds, 2)},
         "browser_memory_over_episodes": samples,
     }
-    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
-    with open(os.path.join(ROOT, "bench", "results", "env_miniwob.json"), "w") as out:
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as out:
         json.dump(result, out, indent=2)
     first, last = samples[0], samples[-1]
     print(f"miniwob: first reset {first_reset:.1f}s, reset {result['reset_seconds']['median'] * 1000:.0f} ms, "

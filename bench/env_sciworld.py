@@ -1,6 +1,6 @@
 """SciWorld: expert success on the shipped test items, steps/s in-process and over HTTP, server memory over many cycles.
 
-    .venv/bin/python bench/env_sciworld.py [--cycles 10000] [--steps-per-cycle 1] [--limit N]
+    .venv/bin/python bench/env_sciworld.py [--cycles 10000] [--steps-per-cycle 1] [--limit N] [--out FILE]
 
 1. Expert: for every test item, scienceworld's gold actions as replies after reset(); success = score 100 (within
    scienceworld's 100-move limit; also counted within 30 replies, AgentGym-RL's SciWorld eval horizon).
@@ -9,7 +9,7 @@
 3. HTTP: a server started by the CLI (`python -m agentgym_nb.envs serve sciworld`), driven like AgentGym's client
    for --cycles create / reset / step(s) / close cycles; steps/s, and the resident memory of the server process plus
    its JVMs after the first cycle, every 500 cycles and at the end (a JVM's heap grows up to -Xmx before it levels).
-Writes bench/results/env_sciworld.json and prints a summary. Timings on a shared 2-core machine are rough.
+Writes bench/results/env_sciworld.json (or --out) and prints a summary. Timings on a shared 2-core machine are rough.
 """
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ import argparse
 import collections
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 
 import psutil
 import requests
+from _common import commit, machine  # bench/_common.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -171,6 +171,7 @@ def main() -> None:
     p.add_argument("--cycles", type=int, default=10_000, help="create/reset/step/close cycles over HTTP")
     p.add_argument("--steps-per-cycle", type=int, default=1, help="expert actions played per cycle")
     p.add_argument("--limit", type=int, default=None, help="only the first N test items (quick runs)")
+    p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "env_sciworld.json"))
     args = p.parse_args()
     items = item_ids("sciworld", "test")[: args.limit]
     expert, actions = expert_run(items)
@@ -178,13 +179,12 @@ def main() -> None:
     sample = min(actions, key=lambda i: abs(len(actions[i]) - 20))  # a typical episode for the package comparison
     package = package_step_speed(sample, actions[sample])
     http = http_run(actions, args.cycles, args.steps_per_cycle)
-    out = {"benchmark": "env_sciworld", "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                                                   "python": platform.python_version()},
+    out = {"benchmark": "env_sciworld", "date": time.strftime("%Y-%m-%d"), "commit": commit(), "machine": machine(),
            "versions": {"scienceworld": scienceworld.__version__, "java_options": list(JAVA_OPTIONS)},
            "note": "shared 2-core machine: timings are rough (+-30% or worse)",
            "expert": expert, "in_process_package_step": package, "http": http}
-    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
-    with open(os.path.join(ROOT, "bench", "results", "env_sciworld.json"), "w") as f:
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
         json.dump(out, f, indent=2)
     print(f"expert success {expert['success_rate']:.3f} on {expert['items']} test items; lean steps/s "
           f"{expert['lean_steps_per_s']:.0f}, package steps/s {package['package_steps_per_s']:.1f}; HTTP steps/s "

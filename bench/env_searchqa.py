@@ -2,6 +2,7 @@
 test items, env steps/s in-process and over HTTP, and the server's memory over create/reset/step/close cycles.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/env_searchqa.py [--cycles 10000]   # -> bench/results/env_searchqa.json
+    OMP_NUM_THREADS=1 .venv/bin/python bench/env_searchqa.py --cycles 10 --items 20 --out <file>   # a quick run
 
 Everything is built from scratch in a temporary outputs folder (AGENTGYM_NB_OUTPUTS), so the build times are real.
 The machine is shared: treat timings as rough.
@@ -9,7 +10,6 @@ The machine is shared: treat timings as rough.
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -19,8 +19,10 @@ import time
 from pathlib import Path
 
 import requests
+from _common import commit, machine  # bench/_common.py
 
-from agentgym_nb.envs.http import start_server
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from agentgym_nb.envs.http import start_server  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "env_searchqa.json"
 
@@ -35,11 +37,12 @@ def rss_mib(pid: int) -> float:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cycles", type=int, default=10_000, help="create/reset/step/close cycles for the RSS check")
+    parser.add_argument("--items", type=int, default=None, help="the expert on only the first N items (quick runs)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     outputs = tempfile.mkdtemp(prefix="searchqa_bench_")
     os.environ["AGENTGYM_NB_OUTPUTS"] = outputs
-    result = {"benchmark": "env_searchqa", "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                                                       "python": platform.python_version()}}
+    result = {"benchmark": "env_searchqa", "date": time.strftime("%Y-%m-%d"), "commit": commit(), "machine": machine()}
 
     from agentgym_nb.envs import connect, item_ids, make
     from agentgym_nb.envs.searchqa import ACTION, load_library
@@ -70,8 +73,8 @@ def main():
     print(json.dumps(result["knowledge_base"], indent=1))
 
     env = make("searchqa")
-    queries = [ACTION.search(env.expert(i)[0]).group(2) for i in range(len(library.items))]
-    queries += [item.question for item in library.items]
+    queries = [ACTION.search(env.expert(i)[0]).group(2) for i in range(len(library.items))[:args.items]]
+    queries += [item.question for item in library.items[:args.items]]
     latencies = []
     cpu = time.process_time()
     for query in queries:
@@ -96,15 +99,16 @@ def main():
             solved += step.done and step.reward == 1.0
         return solved, steps, time.perf_counter() - start
 
-    test = item_ids("searchqa", "test")
-    every = list(range(len(library.items)))
+    test = item_ids("searchqa", "test")[:args.items]
+    every = list(range(len(library.items)))[:args.items]
     solved, steps, seconds = play(env, every)
     solved_test, _, _ = play(env, test)
     result["expert"] = {"test_items": len(test), "test_solved": solved_test,
                         "test_success_rate": solved_test / len(test),
                         "all_items": len(every), "all_solved": solved}
     result["in_process"] = {"steps": steps, "seconds": seconds, "steps_per_s": steps / seconds,
-                            "what": "expert episodes over all 3,000 items (searches and answers)"}
+                            "what": f"expert episodes over {len(every)} of the {len(library.items)} items "
+                                    "(searches and answers)"}
     print(json.dumps({k: result[k] for k in ("query_ms", "expert", "in_process")}, indent=1))
 
     os.environ["OMP_NUM_THREADS"] = "1"   # the server's: the measurement is one server process on one core
@@ -124,7 +128,7 @@ def main():
             session.post(f"{url}/step", json={"env_idx": env_idx, "action": f"<search>{queries[cycle % len(queries)]}"
                                                                              "</search>"}, timeout=60)
             assert session.post(f"{url}/close", json={"env_idx": env_idx}, timeout=60).json() is True
-            if cycle % 2000 == 0:
+            if cycle % 2000 == 0 or cycle == args.cycles:
                 samples.append((cycle, rss_mib(server.pid)))
         seconds = time.perf_counter() - start
         result["server_memory"] = {
@@ -137,9 +141,9 @@ def main():
         server.wait(timeout=30)
     print(json.dumps({k: result[k] for k in ("http", "server_memory")}, indent=1))
     shutil.rmtree(outputs, ignore_errors=True)
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ sys.path.insert(0, ROOT)
 
 from agentgym_nb.envs.http import free_ports  # noqa: E402
 from agentgym_nb.envs.wire import IdBody, ResetBody, StepBody  # noqa: E402  (FastAPI resolves body types by name)
-from _common import machine, versions  # bench/_common.py
+from _common import commit, machine, versions  # bench/_common.py
 
 SERVERS = ("agentgym", "agentgym-nogc", "ours", "ours-2w")
 
@@ -238,7 +238,10 @@ async def load(addrs, clients: int, episodes, warmup: float, seconds: float, pro
                          *(play(c, episodes, i * 7, t1, log) for i, c in enumerate(conns)))
     for c in conns:
         c.close()
-    window = [(lat, kind) for end, lat, kind in log if t0 <= end < t1] or [(float("inf"), "none")]
+    window = [(lat, kind) for end, lat, kind in log if t0 <= end < t1]
+    if not window:
+        raise RuntimeError(f"no request to {addrs} finished in the {seconds} s window after a {warmup} s warm-up "
+                           f"({clients} clients): lengthen --seconds or --warmup")
     lat = sorted(x for x, _ in window)
     steps = sorted(x for x, kind in window if kind == "step")
     return {"requests_per_s": len(window) / seconds, "p50_ms": 1000 * pct(lat, 50), "p99_ms": 1000 * pct(lat, 99),
@@ -308,7 +311,7 @@ def main() -> None:
                 stop(proc)
     medians = {s: {str(c): {f"median_{k}": statistics.median(x[k] for x in rs) for k in rs[0]}
                    for c, rs in per.items()} for s, per in runs.items()}
-    out = {"benchmark": "env_server", "machine": machine(),
+    out = {"benchmark": "env_server", "date": time.strftime("%Y-%m-%d"), "commit": commit(), "machine": machine(),
            "versions": versions("fastapi", "starlette", "uvicorn", "pydantic", "minigrid", "uvloop", "httptools"),
            "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
            "params": {"env": "babyai", "clients": args.clients, "seconds": args.seconds, "warmup": args.warmup,

@@ -1,22 +1,22 @@
 """TextCraft env: tree build time, expert success, env steps/s (in-process and over HTTP), server RSS over cycles.
 
-    .venv/bin/python bench/env_textcraft.py [--cycles 10000]
+    .venv/bin/python bench/env_textcraft.py [--cycles 10000] [--goals N] [--out FILE]
 
 The server is the CLI (`python -m agentgym_nb.envs serve textcraft`) in its own process, so its RSS (VmRSS from
-/proc) is the server's alone. Writes bench/results/env_textcraft.json and prints a summary. Timings on a shared
-2-core machine are rough.
+/proc) is the server's alone. Writes bench/results/env_textcraft.json (or --out) and prints a summary. Timings on a
+shared 2-core machine are rough.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 
 import requests
+from _common import commit, machine  # bench/_common.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -67,11 +67,14 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--cycles", type=int, default=10_000)
+    parser.add_argument("--goals", type=int, default=None, help="only the first N goals and test items (quick runs)")
+    parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "env_textcraft.json"))
     args = parser.parse_args()
 
     builds = [float(subprocess.run([sys.executable, "-c", BUILD], capture_output=True, text=True, check=True,
                                    cwd=ROOT).stdout) for _ in range(3)]
-    test, goals = envs.item_ids("textcraft", "test"), range(len(crafting_tree().goals))
+    test = envs.item_ids("textcraft", "test")[:args.goals]
+    goals = range(len(crafting_tree().goals))[:args.goals]
     lengths = [len(expert_replies(i)) for i in test]
     solved_test, steps, seconds = run_experts(lambda: envs.make("textcraft"), test, expert_replies)
     solved_all, all_steps, all_seconds = run_experts(lambda: envs.make("textcraft"), goals, expert_replies)
@@ -81,7 +84,7 @@ def main() -> None:
         http_solved, http_steps, http_seconds = run_experts(lambda: envs.connect("textcraft", url), test,
                                                             expert_replies)
         rss_start = rss_mib(process.pid)
-        warm_seconds = cycles(url, 500)
+        warm_seconds = cycles(url, min(500, args.cycles))
         rss_warm = rss_mib(process.pid)
         cycle_seconds = cycles(url, args.cycles)
         rss_end = rss_mib(process.pid)
@@ -91,8 +94,7 @@ def main() -> None:
         process.wait(timeout=30)
 
     out = {
-        "benchmark": "env_textcraft",
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "benchmark": "env_textcraft", "date": time.strftime("%Y-%m-%d"), "commit": commit(), "machine": machine(),
         "tree_build_seconds_fresh_process_after_import": {"runs": builds, "min": min(builds)},
         "goals": len(goals),
         "expert": {"test_items": len(test), "test_solved": solved_test, "test_success_rate": solved_test / len(test),
@@ -103,12 +105,13 @@ def main() -> None:
         "http": {"client": "envs.connect (one session, sequential)", "steps": http_steps, "seconds": http_seconds,
                  "steps_per_s": http_steps / http_seconds, "test_solved": http_solved},
         "server_memory": {"cycle": "/create, /reset, /step inventory, /close", "cycles": args.cycles,
-                          "rss_mib_after_start_and_expert_run": rss_start, "rss_mib_after_500_warmup": rss_warm,
+                          "rss_mib_after_start_and_expert_run": rss_start,
+                          "warmup_cycles": min(500, args.cycles), "rss_mib_after_warmup": rss_warm,
                           "rss_mib_after_cycles": rss_end, "growth_mib_over_cycles": rss_end - rss_warm,
                           "cycles_per_s": args.cycles / cycle_seconds, "warmup_seconds": warm_seconds,
                           "env_ids_issued": open_envs},
     }
-    path = os.path.join(ROOT, "bench", "results", "env_textcraft.json")
+    path = args.out
     with open(path, "w") as f:
         json.dump(out, f, indent=2)
         f.write("\n")

@@ -1,7 +1,8 @@
 """WebArena env cost on real Chromium: steps/s, memory per live browser context, and memory over many episodes.
 
-    .venv/bin/python bench/env_webarena.py [--episodes 1000] [--contexts 8] [--tasks 20]
-    .venv/bin/python bench/env_webarena.py --expert-check    # the expert over every generated task (20-50 min)
+    .venv/bin/python bench/env_webarena.py [--episodes 1000] [--contexts 8] [--tasks 20] [--out FILE]
+    .venv/bin/python bench/env_webarena.py --expert-check [--tasks N]   # the expert over every generated task
+                                                                        # (20-50 min), or over the first N
 
 1. speed: the expert's replies of `--tasks` offline tasks replayed in one env (reset, then every step).
 2. memory per live context: Chromium's proportional set size (PSS, shared pages split fairly) with `--contexts` envs
@@ -9,11 +10,11 @@
 3. flatness: `--episodes` episodes the way a rollout runs them (a new env per episode, three alive at a time,
    reset + scroll + stop, closed); every 10% the RSS of this process, Chromium's RSS/PSS, its live processes and its
    zombies are sampled.
-Writes bench/results/env_webarena.json and prints a summary. Timings on a shared machine are rough.
+Writes bench/results/env_webarena.json (or --out) and prints a summary. Timings on a shared machine are rough.
 
 `--expert-check` instead plays the scripted expert through one env over every generated training task (ids from
 1000), checks that doing nothing (`stop []` at once) earns 0 on the navigation and content-changing ones, and notes
-string answers that are not in the final observation; writes bench/results/env_webarena_expert.json.
+string answers that are not in the final observation; writes bench/results/env_webarena_expert.json (or --out).
 """
 from __future__ import annotations
 
@@ -21,14 +22,15 @@ import argparse
 import collections
 import json
 import os
-import platform
 import statistics
 import sys
 import time
 
 import psutil
+from _common import commit, machine  # bench/_common.py
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 
 MIB = 2 ** 20
 
@@ -85,11 +87,17 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--episodes", type=int, default=1000)
     parser.add_argument("--contexts", type=int, default=8)
-    parser.add_argument("--tasks", type=int, default=20)
+    parser.add_argument("--tasks", type=int, default=None,
+                        help="tasks replayed for the speed (default 20); with --expert-check: only the first N")
     parser.add_argument("--expert-check", action="store_true", help="only: the expert over every generated task")
+    parser.add_argument("--out", default=None, help="default: bench/results/env_webarena.json, or with "
+                                                    "--expert-check env_webarena_expert.json")
     args = parser.parse_args()
+    results = os.path.join(ROOT, "bench", "results")
     if args.expert_check:
-        return expert_check()
+        return expert_check(args.tasks, args.out or os.path.join(results, "env_webarena_expert.json"))
+    args.tasks = args.tasks or 20
+    args.out = args.out or os.path.join(results, "env_webarena.json")
 
     # 1. speed
     items = item_ids("webarena", "train")[:args.tasks]
@@ -159,13 +167,12 @@ def main() -> None:
     webarena.shutdown_browser()
     web.stop()
     left = len([p for p in chromium() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE])
-    out = {"benchmark": "env_webarena",
-           "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-                       "load_average_1min": os.getloadavg()[0]},
+    out = {"benchmark": "env_webarena", "date": time.strftime("%Y-%m-%d"), "commit": commit(),
+           "machine": {**machine(), "load_average_1min": os.getloadavg()[0]},
            "versions": {"playwright": _version("playwright"), "chromium": _chromium_version()},
            "params": vars(args), "speed": speed, "memory_per_context": per_context, "flatness": flat,
            "chromium_processes_after_shutdown": left}
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "env_webarena.json")
+    path = args.out
     with open(path, "w") as f:
         json.dump(out, f, indent=2)
     print(f"steps/s {speed['steps_per_s']:.1f} (median step {speed['median_step_s'] * 1000:.0f} ms, reset "
@@ -178,14 +185,14 @@ def main() -> None:
           f"{flat['max_zombies_sampled']}, chromium processes after shutdown {left} -> {path}")
 
 
-def expert_check() -> None:
+def expert_check(limit: int | None, path: str) -> None:
     from agentgym_nb.envs import make
     from agentgym_nb.envs.web import tasks
     from agentgym_nb.envs.webarena.expert import play
 
     env, t0 = make("webarena"), time.perf_counter()
     rows, failures = [], []
-    for item in tasks.generated_ids():
+    for item in tasks.generated_ids()[:limit]:
         task, config = tasks.task(item), tasks.config(item)
         kind = config["eval"]["eval_types"][0]
         row = {"item": item, "template": task.template_id, "sites": "+".join(task.sites), "kind": kind}
@@ -218,8 +225,8 @@ def expert_check() -> None:
     for entry in per_template.values():
         actions = entry.pop("actions")
         entry["actions_min_median_max"] = [min(actions), statistics.median(actions), max(actions)] if actions else []
-    out = {"benchmark": "env_webarena_expert",
-           "machine": {"cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0]},
+    out = {"benchmark": "env_webarena_expert", "date": time.strftime("%Y-%m-%d"), "commit": commit(),
+           "machine": {**machine(), "load_average_1min": os.getloadavg()[0]},
            "tasks": len(rows), "solved": len(solved), "seconds": round(seconds, 1),
            "per_site": dict(sorted(collections.Counter(r["sites"] for r in rows).items())),
            "per_kind": dict(sorted(collections.Counter(r["kind"] for r in rows).items())),
@@ -228,7 +235,6 @@ def expert_check() -> None:
            "noop_passes": [r["item"] for r in rows if r.get("noop_reward", 0) > 0],
            "answer_not_in_view": [(r["item"], r["template"]) for r in rows if r.get("answer_in_view") is False],
            "failures": failures}
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "env_webarena_expert.json")
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
     print(f"expert solved {len(solved)}/{len(rows)} generated tasks in {seconds:.0f} s; stop-at-once passes "
