@@ -67,7 +67,7 @@ def chat(tokenizer):
 
 @pytest.fixture(scope="module")   # not session: closing another module's engine would break a shared one
 def vllm_nano(nano_dir):
-    from agentgym_nb.rollout.engine import VLLMEngine
+    from agentgym_nb.rollout.vllm import VLLMEngine
     engine = VLLMEngine(nano_dir, max_model_len=2048, max_num_seqs=32, kv_cache_gib=0.5)
     yield engine
     engine.close()

@@ -7,8 +7,8 @@ import random
 import pytest
 import torch
 
-from agentgym_nb.rollout.engine import (
-    Completion, HFEngine, SamplingParams, VLLMEngine, filter_top_k_top_p, make_engine)
+from agentgym_nb.rollout.engine import Completion, HFEngine, SamplingParams, filter_top_k_top_p, make_engine
+from agentgym_nb.rollout.vllm import VLLMEngine
 
 needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -299,7 +299,7 @@ def test_a_closed_vllm_engine_lets_its_synced_model_go(tiny_model_dir):
     import sys
     code = ("import gc, weakref\n"
             "from transformers import AutoModelForCausalLM\n"
-            "from agentgym_nb.rollout.engine import VLLMEngine\n"
+            "from agentgym_nb.rollout.vllm import VLLMEngine\n"
             f"engine = VLLMEngine({tiny_model_dir!r}, max_model_len=256, max_num_seqs=4, kv_cache_gib=0.1)\n"
             "[layers] = engine.llm.apply_model(lambda model: [weakref.ref(m) for m in model.modules()])\n"
             f"engine.load_weights(AutoModelForCausalLM.from_pretrained({tiny_model_dir!r}).state_dict().items())\n"

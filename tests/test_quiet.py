@@ -15,7 +15,7 @@ def run(code: str) -> subprocess.CompletedProcess:
 
 def test_the_stderr_filter_drops_only_the_harmless_lines():
     done = run("import os\n"
-               "from agentgym_nb.rollout.engine import _stderr_without\n"
+               "from agentgym_nb.rollout.vllm import _stderr_without\n"
                "with _stderr_without('harmless notice'):\n"
                "    os.write(2, b'a harmless notice from C++\\n')\n"
                "    os.write(2, b'a real warning\\n')\n"
@@ -29,7 +29,7 @@ def test_a_child_process_that_outlives_the_filter_keeps_its_stderr():
     wait for them to end, and what they write later must still arrive (filtered), not break the pump. A burst of
     lines just before the child ends, and the parent's exit right after, must not cut them off."""
     done = run("import os, subprocess, sys\n"
-               "from agentgym_nb.rollout.engine import _stderr_without\n"
+               "from agentgym_nb.rollout.vllm import _stderr_without\n"
                "child = 'import os, time; time.sleep(3); os.write(2, b\"harmless notice\\\\n\"); "
                "[os.write(2, b\"late worker line %d\\\\n\" % i) for i in range(20000)]'\n"
                "with _stderr_without('harmless notice'):\n"

@@ -8,7 +8,8 @@ import os
 import pytest
 import torch
 
-from agentgym_nb.rollout.engine import HFEngine, SamplingParams, VLLMEngine, cpu_split
+from agentgym_nb.rollout.engine import HFEngine, SamplingParams
+from agentgym_nb.rollout.vllm import VLLMEngine, cpu_split
 
 pytestmark = [pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed"),
               pytest.mark.slow]
