@@ -94,8 +94,11 @@ def test_the_hf_engine_shares_the_policy_only_where_it_is_whole():
     shape = launch.KNOWN_SHAPES[cfg.model]
     whole = launch.memory_per_gpu(cfg, shape, 1, "none")
     assert "engine weights" not in whole and "rollout: sync copy" not in whole
-    # 64 sequences x (8,704 + 256) tokens x 24 layers x K and V x 128 x 2 bytes
-    assert whole["rollout: KV cache"] == pytest.approx(64 * 8960 * 24 * 2 * 128 * 2 / GB)
+    # the step's 8 x 4 = 32 sequences x (8,704 + 256) tokens x 24 layers x K and V x 128 x 2 bytes
+    assert whole["rollout: KV cache"] == pytest.approx(32 * 8960 * 24 * 2 * 128 * 2 / GB)
+    more = make_config(preset="gpu", env="babyai", overrides={"engine": "hf", "prompts_per_step": 32})
+    assert launch.memory_per_gpu(more, shape, 1, "none")["rollout: KV cache"] == pytest.approx(
+        64 * 8960 * 24 * 2 * 128 * 2 / GB)   # at most the engine's batch of 64 at a time
     full = make_config(preset="gpu", env="babyai", overrides={"engine": "hf", "lora_rank": 0})
     sharded = launch.memory_per_gpu(full, shape, 2, "fsdp")
     assert sharded["engine weights"] == pytest.approx(2 * 0.494)   # an own copy beside the shards

@@ -1,9 +1,14 @@
-"""Pieces every trainer shares: bf16 autocast, micro-batches, LoRA, FSDP sharding and whole-model state dicts."""
+"""Pieces every trainer shares: bf16 autocast, micro-batches, LoRA, FSDP sharding, whole-model state dicts, the
+Accelerator a run makes and the critic of PPO/GAE."""
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import torch
+
+from ..algos.losses import causal_attention_mask
+from ..rollout.engine import load_pretrained
 
 
 def native_bf16(device_type: str | None = None) -> bool:
@@ -138,3 +143,62 @@ def full_state_dict(model) -> dict[str, torch.Tensor]:
                 t = t.data.clone()
         out[name] = t.detach().cpu()
     return out
+
+
+class Critic(torch.nn.Module):
+    """V(state before token t) for every position t: the policy's transformer body (a copy, trained separately)
+    under a linear head that starts at zero. Aligned like token_logprobs: values[:, t] is read from the hidden state
+    at t - 1, the state in which token t was sampled."""
+
+    def __init__(self, model_dir: str):
+        super().__init__()
+        from transformers import AutoModel   # a model class: importing it takes seconds
+        self.body = load_pretrained(AutoModel, model_dir, dtype=torch.float32)
+        self.head = torch.nn.Linear(self.body.config.hidden_size, 1)
+        torch.nn.init.zeros_(self.head.weight)
+        torch.nn.init.zeros_(self.head.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.body(input_ids=input_ids, attention_mask=causal_attention_mask(attention_mask))
+        values = self.head(hidden.last_hidden_state).squeeze(-1).float()
+        return torch.nn.functional.pad(values[:, :-1], (1, 0))
+
+
+def make_accelerator(cfg, log=print):
+    """The run's Accelerator: on the GPU when there is one, with the run's mixed precision and trackers
+    (`trackers_of`), which get the config."""
+    from accelerate import Accelerator   # seconds to import; only trainers need it
+    trackers = trackers_of(cfg)
+    mixed_precision = "bf16" if cfg.bf16 else "no"
+    _forget_other_precision(mixed_precision)
+    accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=mixed_precision,
+                              log_with=trackers or None, project_dir=cfg.run_dir)
+    if trackers:
+        accelerator.init_trackers(cfg.name, config={k: v if isinstance(v, (int, float, str, bool)) else str(v)
+                                                    for k, v in dataclasses.asdict(cfg).items()})
+    if cfg.bf16 and not native_bf16():
+        log("warning: bf16=True on hardware without bf16 kernels: autocast emulates it, several times slower than "
+            "fp32 (bf16=False is faster here)")
+    return accelerator
+
+
+def _forget_other_precision(mixed_precision: str) -> None:
+    """Accelerate keeps one mixed-precision setting per process and refuses a second Accelerator with another, so a
+    notebook that trains an fp32 run and then a bf16 one would fail. The setting is per run here: an earlier run's is
+    dropped (the process group, in PartialState, stays)."""
+    from accelerate.state import AcceleratorState
+    earlier = AcceleratorState._shared_state.get("_mixed_precision")
+    if earlier is not None and earlier != mixed_precision:
+        AcceleratorState._reset_state(reset_partial_state=False)
+
+
+def trackers_of(cfg) -> list[str]:
+    """The Accelerate trackers a run logs to: cfg.trackers, or TensorBoard when it is installed."""
+    import accelerate.utils
+    if cfg.trackers is None:
+        return ["tensorboard"] if accelerate.utils.is_tensorboard_available() else []
+    missing = [t for t in cfg.trackers if not getattr(accelerate.utils, f"is_{t}_available")()]
+    if missing:   # (Accelerate would drop them with a warning: a run would go untracked unnoticed)
+        raise ValueError(f"trackers {missing} were asked for but are not installed (pip install {' '.join(missing)}), "
+                         "or use trackers=[] for metrics.jsonl alone")
+    return list(cfg.trackers)

@@ -1,5 +1,5 @@
-"""Run health: the checks every training step makes on the data it is about to train on, and the error that stops a
-run when one fails (RunConfig.sync_tolerance, max_mismatch_kl, max_env_errors)."""
+"""Run health: what every training step measures about its episodes, the checks it makes on the data it is about to
+train on, and the error that stops a run when one fails (RunConfig.sync_tolerance, max_mismatch_kl, max_env_errors)."""
 from __future__ import annotations
 
 import torch
@@ -13,6 +13,29 @@ ENV_ERROR_STEPS = 3       # max_env_errors must be exceeded this many steps in a
 class RunHealthError(RuntimeError):
     """A training step crossed one of the run's health thresholds (RunConfig.sync_tolerance, max_mismatch_kl,
     max_env_errors): carrying on would train on data the run cannot vouch for."""
+
+
+def episode_metrics(played: list, groups: list) -> dict:
+    """What a step's rollout did: means over its usable episodes (the episodes of `groups`: neither failed in the env
+    nor without a policy token) and counts over every episode `played`."""
+    usable = [t for g in groups for t in g.episodes]
+    failed = [t for t in played if t.failed]
+
+    def mean(values) -> float:
+        values = list(values)
+        return float(sum(values) / len(values)) if values else 0.0
+    return {
+        "reward": mean(t.reward for t in usable), "success": mean(float(t.success) for t in usable),
+        "turns": mean(t.num_rounds for t in usable), "done": mean(float(t.done) for t in usable),
+        "cut_by_token_budget": mean(float(t.truncated) for t in usable),
+        "cut_by_horizon": mean(float(not t.done and not t.truncated) for t in usable),
+        "replies_cut_by_max_tokens": mean(t.replies_cut_by_max_tokens for t in usable),
+        "failed": len(failed), "episodes": len(usable), "env_error_rate": len(failed) / len(played),
+        "invalid_action_rate": sum(t.invalid_actions for t in usable) / max(1, sum(t.num_rounds for t in usable)),
+        "zero_adv_groups": mean(float(not g.informative) for g in groups),
+        "policy_tokens": mean(t.num_policy_tokens for t in usable),
+        "sampled_tokens": sum(t.num_policy_tokens for t in played),   # every episode played, kept or not
+    }
 
 
 def train_inference_mismatch(sampled: list[list[float]], old_logp: torch.Tensor, mask: torch.Tensor) -> dict:

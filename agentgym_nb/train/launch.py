@@ -158,6 +158,19 @@ def train_flops_per_token(params: int, layers: int, hidden: int, seq_len: float,
     return (4 if lora else 6) * (params + 2 * layers * hidden * seq_len)
 
 
+def update_mfu(model, tokens: int, sequences: int, seconds: float, lora: bool, device) -> float | None:
+    """Model FLOPs utilisation of an update that trained `tokens` tokens of `sequences` sequences in `seconds` on
+    `device`: train_flops_per_token x tokens / seconds over the card's bf16 peak (None for a card peak_flops does
+    not know)."""
+    import torch
+    peak = peak_flops(torch.cuda.get_device_name(device))
+    if not peak:
+        return None
+    per_token = train_flops_per_token(matmul_params(model), model.config.num_hidden_layers, model.config.hidden_size,
+                                      tokens / max(sequences, 1), lora=lora)
+    return tokens * per_token / max(seconds, 1e-9) / peak
+
+
 def matmul_params(model) -> int:
     """The parameters a forward pass multiplies with: all but the input embedding, whose rows are only looked up
     (counted back when the output head shares its weights)."""
@@ -187,9 +200,10 @@ def memory_per_gpu(cfg: RunConfig, shape: dict, processes: int, sharding: str,
         engine weights an engine's own copy, 2 P / rollout_tp in bf16 (4 P in fp32): vLLM's (a rollout part: in sleep
                        mode it is given back during the update) or the HF engine's where the policy is sharded; the
                        HF engine on an unsharded policy samples with it and holds no copy
-        rollout: KV cache      vLLM's kv_cache_gib (+ VLLM_OVERHEAD_GIB); the HF engine's cache of a batch of
-                               HF_ENGINE_BATCH sequences of T tokens, HF_ENGINE_BATCH x T x L x 2 kv x (2 or 4) bytes
-        rollout: sampling      HF_ENGINE_BATCH x V x 24 bytes: logits, log-softmax, Gumbel noise (HF engine)
+        rollout: KV cache      vLLM's kv_cache_gib (+ VLLM_OVERHEAD_GIB); the HF engine's cache of a batch of S
+                               sequences of T tokens, S x T x L x 2 kv x (2 or 4) bytes, S = the process's episodes
+                               of a step, at most HF_ENGINE_BATCH
+        rollout: sampling      S x V x 24 bytes: logits, log-softmax, Gumbel noise (HF engine)
         rollout: sync copy     under LoRA, the merged weights an engine with its own copy gets, 4 (P - E)
         update: gradients      4 P (/ processes); under LoRA the adapters' (negligible)
         update: gathered       FSDP's or DeepSpeed's units in flight, two blocks and the root, fp32 or bf16
@@ -217,9 +231,11 @@ def memory_per_gpu(cfg: RunConfig, shape: dict, processes: int, sharding: str,
     if engine == "hf":
         if not shared:
             parts["engine weights"] = width * P
-        parts["rollout: KV cache"] = HF_ENGINE_BATCH * (cfg.max_total_tokens + cfg.max_tokens) * L * 2 * \
-            shape["kv_dim"] * width
-        parts["rollout: sampling"] = HF_ENGINE_BATCH * V * 24
+        sequences = min(HF_ENGINE_BATCH, math.ceil(cfg.prompts_per_step * cfg.oversample * cfg.samples_per_prompt
+                                                   / processes))
+        parts["rollout: KV cache"] = sequences * (cfg.max_total_tokens + cfg.max_tokens) * L * 2 * shape["kv_dim"] * \
+            width
+        parts["rollout: sampling"] = sequences * V * 24
     else:
         parts["rollout: engine weights"] = width * P / cfg.rollout_tp
         parts["rollout: KV cache"] = (cfg.kv_cache_gib + VLLM_OVERHEAD_GIB) * 2**30

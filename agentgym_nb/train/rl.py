@@ -22,18 +22,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import dataclasses
 import json
 import os
 import random
 import time
 
 import torch
-from accelerate import Accelerator
 
 from .. import envs, models
 from ..algos import advantages as adv_fns
-from ..algos.losses import (aggregate, causal_attention_mask, explained_variance, kl_penalty, policy_loss,
+from ..algos.losses import (aggregate, explained_variance, kl_penalty, policy_loss,
                              token_logprobs, truncated_is_weights, value_loss)
 from ..config import PRESETS, RunConfig, item_pool, make_config, round_schedule
 from ..evaluate.run import evaluate
@@ -41,30 +39,11 @@ from ..rollout.engine import HFEngine, SamplingParams, engine_kind, load_pretrai
 from ..rollout.runner import RolloutStats, mix_seed, run_episodes, write_rollout_log
 from ..rollout.trajectory import ChatFormat, TrajectoryGroup, collate
 from . import checkpoint
-from .common import add_lora, native_bf16, pack_by_length, set_threads, trim
-from .health import SYNC_PROBE_TOKENS, RunHealthError, health_problem, train_inference_mismatch  # noqa: F401
-from .launch import (check_card, check_engine_fits, check_rollout_tp, matmul_params, model_shape, peak_flops, plan,
-                     train_flops_per_token, vllm_options)
+from .common import Critic, add_lora, make_accelerator, pack_by_length, set_threads, trim
+from .health import (SYNC_PROBE_TOKENS, RunHealthError, episode_metrics, health_problem,  # noqa: F401
+                     train_inference_mismatch)
+from .launch import check_card, check_engine_fits, check_rollout_tp, model_shape, plan, update_mfu, vllm_options
 from .parallel import Parallel
-
-
-class Critic(torch.nn.Module):
-    """V(state before token t) for every position t: the policy's transformer body (a copy, trained separately)
-    under a linear head that starts at zero. Aligned like token_logprobs: values[:, t] is read from the hidden state
-    at t - 1, the state in which token t was sampled."""
-
-    def __init__(self, model_dir: str):
-        super().__init__()
-        from transformers import AutoModel   # a model class: importing it takes seconds
-        self.body = load_pretrained(AutoModel, model_dir, dtype=torch.float32)
-        self.head = torch.nn.Linear(self.body.config.hidden_size, 1)
-        torch.nn.init.zeros_(self.head.weight)
-        torch.nn.init.zeros_(self.head.bias)
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        hidden = self.body(input_ids=input_ids, attention_mask=causal_attention_mask(attention_mask))
-        values = self.head(hidden.last_hidden_state).squeeze(-1).float()
-        return torch.nn.functional.pad(values[:, :-1], (1, 0))
 
 
 SUMMED_METRICS = ("pg_loss", "kl", "entropy", "clip_frac", "value_loss", "value_clip_frac", "episodes", "failed",
@@ -79,26 +58,16 @@ class Trainer:
         self.model_dir = models.resolve_config(cfg, log=log)
         self.tokenizer = models.load_tokenizer(self.model_dir)
         self.chat = ChatFormat(self.tokenizer)
-        trackers = trackers_of(cfg)
-        mixed_precision = "bf16" if cfg.bf16 else "no"
-        _forget_other_precision(mixed_precision)
-        self.accelerator = Accelerator(cpu=not torch.cuda.is_available(),
-                                       mixed_precision=mixed_precision, log_with=trackers or None,
-                                       project_dir=cfg.run_dir)
-        if trackers:
-            self.accelerator.init_trackers(cfg.name, config={k: v if isinstance(v, (int, float, str, bool)) else str(v)
-                                                             for k, v in dataclasses.asdict(cfg).items()})
-        if cfg.bf16 and not native_bf16():
-            log("warning: bf16=True on hardware without bf16 kernels: autocast emulates it, several times slower "
-                "than fp32 (bf16=False is faster here)")
+        self.accelerator = make_accelerator(cfg, log)
         self.parallel = Parallel(self.accelerator)
         self.sharding = self.parallel.kind
         check_rollout_tp(cfg.rollout_tp, self.parallel.world,
                          torch.cuda.device_count() if torch.cuda.is_available() else None)
         card = torch.cuda.get_device_properties(self.parallel.device) if self.parallel.device.type == "cuda" else None
+        self.planned_peak_gb = None
         if card is not None:   # a plan that cannot fit is refused before anything is loaded onto the card
-            check_card(cfg, model_shape(self.model_dir), card.total_memory, card.name, self.parallel.world,
-                       self.sharding)
+            self.planned_peak_gb = check_card(cfg, model_shape(self.model_dir), card.total_memory, card.name,
+                                              self.parallel.world, self.sharding)
         # Under LoRA the base is frozen: a bf16 run holds it in bf16 (the adapters train in fp32), and the reference
         # is that base with the adapters switched off, not a copy. Full fine-tuning keeps fp32 master weights.
         base_dtype = torch.bfloat16 if cfg.bf16 and cfg.lora_rank else torch.float32
@@ -196,27 +165,11 @@ class Trainer:
         t_sync = time.perf_counter()
         self.sync_engine()
         sync_error = self.sync_error(usable[0].input_ids[:SYNC_PROBE_TOKENS])
-        metrics = {
-            "step": step, "max_rounds": rounds,
-            "reward": _mean([t.reward for t in usable]),
-            "success": _mean([float(t.success) for t in usable]),
-            "turns": _mean([t.num_rounds for t in usable]),
-            "done": _mean([float(t.done) for t in usable]),
-            "cut_by_token_budget": _mean([float(t.truncated) for t in usable]),
-            "cut_by_horizon": _mean([float(not t.done and not t.truncated) for t in usable]),
-            "replies_cut_by_max_tokens": _mean([t.replies_cut_by_max_tokens for t in usable]),
-            "failed": len(failed), "episodes": len(usable), "env_error_rate": len(failed) / len(trajs),
-            "invalid_action_rate": (sum(t.invalid_actions for t in usable) / max(1, sum(t.num_rounds for t in usable))),
-            "sync_error": sync_error,
-            "zero_adv_groups": _mean([float(not g.informative) for g in groups]),
-            "groups_trained": len(train_on) if learn else 0,
-            "policy_tokens": _mean([t.num_policy_tokens for t in usable]),
-            "sampled_tokens": sum(t.num_policy_tokens for t in trajs),   # every episode played, kept or not
-            "rollout_tokens_per_s": stats.tokens_per_s, "env_steps_per_s": stats.env_steps_per_s,
-            "rollout_seconds": t_rollout, "sync_seconds": time.perf_counter() - t_sync,
-            **update,
-        }
-        if cfg.schedule == "adaptive" and cfg.adaptive_metric == "success_in_reach":
+        metrics = {"step": step, "max_rounds": rounds, **episode_metrics(trajs, groups), "sync_error": sync_error,
+                   "groups_trained": len(train_on) if learn else 0,
+                   "rollout_tokens_per_s": stats.tokens_per_s, "env_steps_per_s": stats.env_steps_per_s,
+                   "rollout_seconds": t_rollout, "sync_seconds": time.perf_counter() - t_sync, **update}
+        if "success_in_reach" in self.schedule.reads:   # the schedule watches it: measure it
             reach = envs.expert_turns(cfg.env, sorted({t.item_id for t in usable}))
             metrics["success_in_reach"] = _mean([float(t.success) for t in usable
                                                  if reach[t.item_id] is not None and reach[t.item_id] <= rounds])
@@ -257,34 +210,16 @@ class Trainer:
         t0 = time.perf_counter()
         trajs = [t for g in groups for t in g.episodes]
         batch = collate(trajs, self.tokenizer.pad_token_id)
-        mask = batch["loss_mask"]
-        lengths = batch["attention_mask"].sum(-1).tolist()
-        old_logp, ref_logp, old_values = self._score_tokens(batch, lengths)
-        mismatch = train_inference_mismatch([t.sampled_logprobs for t in trajs], old_logp, mask)
-        cut = torch.tensor([not t.done and not t.truncated for t in trajs])   # by the horizon
+        mask, lengths = batch["loss_mask"], batch["attention_mask"].sum(-1).tolist()
         group = torch.tensor([t.group for t in trajs])
-        kl = cfg.kl_coef * kl_penalty(old_logp, ref_logp, cfg.kl_type) if cfg.kl_in_reward and cfg.kl_coef > 0 else None
-        adv, returns = adv_fns.assign_credit(cfg.algorithm, adv_fns.Credit(
-            torch.tensor([t.reward for t in trajs]), group, mask, batch["rewards"], old_values,
-            turn_ids=batch["turn_ids"], anchors=[t.anchors for t in trajs],
-            in_baseline=~cut if cfg.cut_out_of_baseline else None, gamma=cfg.gamma, lam=cfg.lam,
-            step_weight=cfg.gigpo_step_weight, mode=cfg.gigpo_mode),
-            kl_penalty=kl, cut=cut, cut_turn_discount=cfg.cut_turn_discount, sum_over_processes=par.sum_tensor)
-        per_token = {"old_logp": old_logp, "ref_logp": ref_logp, "adv": adv, "old_values": old_values,
-                     "returns": returns if returns is not None else old_values}
-        if cfg.tis_cap is not None:   # truncated importance sampling: from the engine's distribution to the trainer's
-            engine_logp = torch.full_like(old_logp, float("nan"))
-            for b, t in enumerate(trajs):
-                engine_logp[b, mask[b].bool()] = torch.tensor(t.sampled_logprobs, dtype=engine_logp.dtype)
-            per_token["is_weights"] = truncated_is_weights(old_logp, engine_logp, cfg.tis_cap)
+        per_token, returns, out = self._per_token(trajs, batch, group, lengths)
         # Dynamic sampling may leave no signal on any process: every advantage 0 (GRPO and RLOO when no group's scores
         # differ; REINFORCE++ when every score is equal, gamma is 1 and no KL is in the reward). An optimizer step
         # would only replay Adam's momentum from earlier steps; the losses (KL, entropy) are measured.
-        learn = not (cfg.filter_groups and self.critic is None) or par.sum(int(bool(adv.any())))[0] > 0
+        learn = not (cfg.filter_groups and self.critic is None) or par.sum(int(bool(per_token["adv"].any())))[0] > 0
         t_logprob = time.perf_counter() - t0
-        sums = {"pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "dual_clip_frac": 0.0, "grad_norm": 0.0}
-        if self.critic is not None:
-            sums.update(value_loss=0.0, value_clip_frac=0.0)
+        sums = dict.fromkeys(("pg_loss", "kl", "entropy", "clip_frac", "dual_clip_frac", "grad_norm")
+                             + (("value_loss", "value_clip_frac") if self.critic is not None else ()), 0.0)
         n_updates, tokens_seen = 0, 0
         self.model.train()
         rng = random.Random(mix_seed(cfg.seed, step, stride=7_919))   # each epoch deals the groups anew
@@ -294,9 +229,9 @@ class Trainer:
                 n_tokens, n_seqs = par.sum(int(mask[rows].sum()), int((mask[rows].sum(-1) > 0).sum()))
                 if n_tokens == 0:
                     continue
-                self.optimizer.zero_grad()
-                if self.critic is not None:
-                    self.critic_optimizer.zero_grad()
+                for optimizer in (self.optimizer, self.critic_optimizer):
+                    if optimizer is not None:
+                        optimizer.zero_grad()
                 micros = [[rows[i] for i in m] for m in pack_by_length([lengths[i] for i in rows],
                                                                        cfg.micro_batch_tokens)]
                 passes = par.passes(len(micros))
@@ -319,25 +254,44 @@ class Trainer:
                 n_updates += 1
         self.model.eval()
         t_update = time.perf_counter() - t0 - t_logprob
-        out = {k: v / n_updates for k, v in sums.items()}
+        out.update({k: v / n_updates for k, v in sums.items()}, optimizer_steps=n_updates if learn else 0,
+                   logprob_seconds=t_logprob, update_seconds=t_update,
+                   train_tokens_per_s=tokens_seen / max(t_update, 1e-9))
         if returns is not None:
-            out["explained_variance"] = explained_variance(old_values, returns, mask)
-        out.update(mismatch)
-        if "is_weights" in per_token:
-            w = per_token["is_weights"][mask.bool()]
-            out.update(tis_weight_mean=float(w.mean()) if len(w) else 1.0,
-                       tis_truncated=float((w >= cfg.tis_cap).float().mean()) if len(w) else 0.0)
-        out.update(optimizer_steps=n_updates if learn else 0, logprob_seconds=t_logprob,
-                   update_seconds=t_update, train_tokens_per_s=tokens_seen / max(t_update, 1e-9))
-        peak = peak_flops(torch.cuda.get_device_name(self.parallel.device)) if self.parallel.device.type == "cuda" \
-            else None
-        if peak and learn and tokens_seen:
-            model, seqs = self.accelerator.unwrap_model(self.model), cfg.ppo_epochs * len(trajs)
-            flops = tokens_seen * train_flops_per_token(matmul_params(model), model.config.num_hidden_layers,
-                                                        model.config.hidden_size, tokens_seen / seqs,
-                                                        lora=bool(cfg.lora_rank))
-            out["mfu"] = flops / max(t_update, 1e-9) / peak   # model FLOPs over the card's bf16 peak
+            out["explained_variance"] = explained_variance(per_token["old_values"], returns, mask)
+        if learn and tokens_seen and self.parallel.device.type == "cuda":
+            out["mfu"] = update_mfu(self.accelerator.unwrap_model(self.model), tokens_seen, cfg.ppo_epochs * len(trajs),
+                                    t_update, bool(cfg.lora_rank), self.parallel.device)
         return out
+
+    def _per_token(self, trajs: list, batch: dict, group: torch.Tensor,
+                   lengths: list[int]) -> tuple[dict, torch.Tensor | None, dict]:
+        """What the update's losses read per token ([B, T] each): the sampled tokens' log-probs under the policy
+        before the update (old_logp) and under the reference, the critic's values, the advantages (and the returns,
+        for estimators that have them) and, with tis_cap, the truncated importance weights; and the step's
+        train/inference mismatch (and TIS) metrics."""
+        cfg, mask = self.cfg, batch["loss_mask"]
+        old_logp, ref_logp, old_values = self._score_tokens(batch, lengths)
+        metrics = train_inference_mismatch([t.sampled_logprobs for t in trajs], old_logp, mask)
+        cut = torch.tensor([not t.done and not t.truncated for t in trajs])   # by the horizon
+        kl = cfg.kl_coef * kl_penalty(old_logp, ref_logp, cfg.kl_type) if cfg.kl_in_reward and cfg.kl_coef > 0 else None
+        adv, returns = adv_fns.assign_credit(cfg.algorithm, adv_fns.Credit(
+            torch.tensor([t.reward for t in trajs]), group, mask, batch["rewards"], old_values,
+            turn_ids=batch["turn_ids"], anchors=[t.anchors for t in trajs],
+            in_baseline=~cut if cfg.cut_out_of_baseline else None, gamma=cfg.gamma, lam=cfg.lam,
+            step_weight=cfg.gigpo_step_weight, mode=cfg.gigpo_mode),
+            kl_penalty=kl, cut=cut, cut_turn_discount=cfg.cut_turn_discount, sum_over_processes=self.parallel.sum_tensor)
+        per_token = {"old_logp": old_logp, "ref_logp": ref_logp, "adv": adv, "old_values": old_values,
+                     "returns": returns if returns is not None else old_values}
+        if cfg.tis_cap is not None:   # truncated importance sampling: from the engine's distribution to the trainer's
+            engine_logp = torch.full_like(old_logp, float("nan"))
+            for b, t in enumerate(trajs):
+                engine_logp[b, mask[b].bool()] = torch.tensor(t.sampled_logprobs, dtype=engine_logp.dtype)
+            per_token["is_weights"] = weights = truncated_is_weights(old_logp, engine_logp, cfg.tis_cap)
+            w = weights[mask.bool()]
+            metrics.update(tis_weight_mean=float(w.mean()) if len(w) else 1.0,
+                           tis_truncated=float((w >= cfg.tis_cap).float().mean()) if len(w) else 0.0)
+        return per_token, returns, metrics
 
     def _mini_batches(self, group: list[int], rng: random.Random) -> list[list[int]]:
         """The rows of each of the epoch's mini-batches: the groups of the whole batch (every process's), in a
@@ -487,28 +441,6 @@ class Trainer:
         for tracker in self.accelerator.trackers:   # not end_training(): it also tears down the process group,
             tracker.finish()                        # which vLLM's engine (and a next Trainer) still use
         self.engine.close()
-
-
-def _forget_other_precision(mixed_precision: str) -> None:
-    """Accelerate keeps one mixed-precision setting per process and refuses a second Accelerator with another, so a
-    notebook that trains an fp32 run and then a bf16 one would fail. The setting is per run here: an earlier run's is
-    dropped (the process group, in PartialState, stays)."""
-    from accelerate.state import AcceleratorState
-    earlier = AcceleratorState._shared_state.get("_mixed_precision")
-    if earlier is not None and earlier != mixed_precision:
-        AcceleratorState._reset_state(reset_partial_state=False)
-
-
-def trackers_of(cfg: RunConfig) -> list[str]:
-    """The Accelerate trackers a run logs to: cfg.trackers, or TensorBoard when it is installed."""
-    import accelerate.utils
-    if cfg.trackers is None:
-        return ["tensorboard"] if accelerate.utils.is_tensorboard_available() else []
-    missing = [t for t in cfg.trackers if not getattr(accelerate.utils, f"is_{t}_available")()]
-    if missing:   # (Accelerate would drop them with a warning: a run would go untracked unnoticed)
-        raise ValueError(f"trackers {missing} were asked for but are not installed (pip install {' '.join(missing)}), "
-                         "or use trackers=[] for metrics.jsonl alone")
-    return list(cfg.trackers)
 
 
 def _mean(xs) -> float:
