@@ -12,7 +12,7 @@ TRACK ?= $(if $(filter babyai,$(ENV)),one-room,None)
 DEMO_ARGS ?= $(if $(filter babyai,$(ENV)),-p steps 60 -p rounds_every 20 -p eval_items 200,)
 export PYTHONHASHSEED := 0
 
-.PHONY: demo test test-fast lab book install model bench clean-outputs strip-notebooks
+.PHONY: demo test test-fast lab book install model bench gpu-check gpu-wheels clean-outputs strip-notebooks
 
 install:
 	bash scripts/install.sh
@@ -46,6 +46,17 @@ test: install
 
 test-fast: install
 	AGENTGYM_NB_PRESET=smoke $(PY) -m pytest tests -q -p no:cacheprovider -m "not slow and not browser and not jvm and not notebook"
+
+# one GPU, no network: the fast tests with CUDA visible, the cpu and gpu presets' RL on the GPU, the engine and training
+# benchmarks -> bench/results/gpu_check.json. Where only torch, transformers, peft and accelerate are installed, the
+# rest comes from a folder of wheels made beforehand on a machine with the registries (make gpu-wheels)
+GPU_PY ?= python3
+WHEELS ?= .gpu-wheels
+gpu-check:
+	$(GPU_PY) scripts/gpu_check.py $(if $(wildcard $(WHEELS)),--wheels $(WHEELS))
+
+gpu-wheels: install
+	$(PY) scripts/gpu_wheels.py --out $(WHEELS) --python-version $(or $(GPU_PYTHON_VERSION),3.12)
 
 bench: install
 	$(PY) bench/rollout_speed.py

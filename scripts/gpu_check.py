@@ -1,0 +1,209 @@
+"""One GPU, one command (`make gpu-check`): does the GPU path run as a GPU path, and how fast. Writes
+bench/results/gpu_check.json with the device, the versions, the commit and every figure:
+
+  1. tests    the fast test tier with CUDA visible (pytest -m "not slow and not browser and not jvm and not notebook")
+  2. cpu_rl   an RL run of the cpu preset (BabyAI one-room, the nano, GRPO) on the GPU with the HF engine sampling
+              with the policy: seconds per step, rollout and update shares, the sync and train/inference checks
+  3. gpu_rl   the gpu preset at Qwen2.5-0.5B's shape (random weights, the preset's LoRA r = 32, bf16, gradient
+              checkpointing, the HF engine) for two steps: the peak memory the card saw against the plan's
+  4. engine   bench/engine_speed.py: the nano's 64-episode rollout on the GPU and on this machine's CPU, and the
+              0.5B shape sampling 64 sequences of 256 tokens from 512-token prompts
+  5. train    bench/train_speed.py: an update of the 0.5B shape (4 x 2048 tokens), full fine-tuning and LoRA, MFU
+
+Where nothing but torch, transformers, peft and accelerate is installed (a lent GPU machine without a network), the
+project's other packages come from a folder of wheels: `bash scripts/gpu_wheels.sh .gpu-wheels` (on a machine with
+the package registries) downloads them; `--wheels .gpu-wheels` installs the missing ones before anything runs. The
+cpu preset's nano is built on a CPU beforehand (`make model`) and travels in outputs/models/.
+
+    python scripts/gpu_check.py [--wheels .gpu-wheels]          # on the GPU machine, <= 8 minutes
+    python scripts/gpu_check.py --smoke --device cpu            # every part at toy sizes: a test of this script
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+
+def install_wheels(folder: str) -> dict[str, str]:
+    """Install every wheel of `folder` (scripts/gpu_wheels.py) at its version, from the folder only (no index): pip
+    leaves what is already installed at that version alone and replaces other versions (an older transformers).
+    Returns {distribution: version} of what changed."""
+    from importlib.metadata import PackageNotFoundError, version
+    wanted = {}
+    for wheel in sorted(os.listdir(folder)):
+        if wheel.endswith(".whl"):
+            name, ver = wheel.split("-")[:2]
+            wanted[name.replace("_", "-").lower()] = ver
+
+    def installed(name):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+    before = {name: installed(name) for name in wanted}
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--find-links", folder,
+                    *(f"{name}=={ver}" for name, ver in wanted.items())], check=True)
+    return {name: ver for name, ver in wanted.items() if before[name] != ver}
+
+
+def run_tests(device: str, smoke: bool, workers: int) -> dict:
+    """The fast tier (or, at --smoke, two of its files) with CUDA visible: the pytest summary line's counts and the
+    ids of failing tests."""
+    selection = ["tests/test_gpu_plan.py", "tests/test_losses.py"] if smoke else ["tests"]
+    cmd = [sys.executable, "-m", "pytest", *selection, "-q", "-p", "no:cacheprovider", "-rf",
+           "-m", "not slow and not browser and not jvm and not notebook"]
+    if workers > 1:
+        cmd += ["-n", str(workers)]
+    start = time.perf_counter()
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "AGENTGYM_NB_PRESET": "smoke", "OMP_NUM_THREADS": "1"})
+    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-500:]
+    counts = {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed)", summary)}
+    return {"seconds": time.perf_counter() - start, "returncode": done.returncode, "summary": summary, **counts,
+            "failures": re.findall(r"^FAILED (\S+)", done.stdout, flags=re.M)}
+
+
+def train_run(cfg, steps: int) -> dict:
+    """`steps` training steps of `cfg`: each step's metrics, and the card's peak memory against the plan's."""
+    import torch
+
+    from agentgym_nb.train.rl import Trainer
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    trainer = Trainer(cfg, log=lambda *a: None)
+    setup = time.perf_counter() - start
+    keys = ("step", "max_rounds", "episodes", "success", "sampled_tokens", "step_seconds", "rollout_seconds",
+            "logprob_seconds", "update_seconds", "sync_seconds", "rollout_tokens_per_s", "train_tokens_per_s", "mfu",
+            "sync_error", "mismatch_kl", "mismatch_max_abs", "kl", "grad_norm")
+    history = [{k: m[k] for k in keys if k in m} for m in trainer.fit(steps)]
+    out = {"setup_seconds": setup, "steps": history, "device": str(trainer.parallel.device),
+           "engine_shares_model": bool(getattr(trainer.engine, "shares_model", False)),
+           "planned_peak_gb": trainer.planned_peak_gb}
+    if cuda:
+        out["measured_peak_gb"] = torch.cuda.max_memory_allocated() / 1e9
+        out["measured_peak_reserved_gb"] = torch.cuda.max_memory_reserved() / 1e9
+        if out["planned_peak_gb"]:
+            out["plan_over_measured"] = out["planned_peak_gb"] / out["measured_peak_gb"]
+    trainer.close()
+    return out
+
+
+def half_billion_shape_dir(tokenizer_dir: str, out: str, smoke: bool = False) -> str:
+    """A Qwen2.5-0.5B-shape model (engine_speed.QWEN_05B) with random weights in bf16, with a tokenizer whose ids it
+    covers (the nano's): no checkpoint is carried to the machine, the shape alone decides memory and speed. At smoke
+    sizes: its vocabulary on a body of two narrow layers."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    from engine_speed import QWEN_05B
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    end_of_turn = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    torch.manual_seed(0)
+    shape = {**QWEN_05B, **(dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                                 intermediate_size=128) if smoke else {})}
+    model = Qwen2ForCausalLM(Qwen2Config(**shape, eos_token_id=end_of_turn, pad_token_id=tokenizer.pad_token_id,
+                                         bos_token_id=None)).to(torch.bfloat16)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def main(argv=None) -> dict:
+    import torch
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: only with --smoke")
+    p.add_argument("--smoke", action="store_true", help="every part at toy sizes (a test of this script)")
+    p.add_argument("--wheels", default=None, help="a folder of wheels to install missing packages from")
+    p.add_argument("--workers", type=int, default=8, help="pytest-xdist workers for the fast tier")
+    p.add_argument("--parts", nargs="+", default=["tests", "cpu_rl", "gpu_rl", "engine", "train"])
+    p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "gpu_check.json"))
+    args = p.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("no CUDA device is visible: run on a GPU machine, or --smoke --device cpu to test the script")
+    if args.device == "cpu" and not args.smoke:
+        p.error("--device cpu checks the script, not a GPU: add --smoke")
+    installed = install_wheels(args.wheels) if args.wheels else {}
+    from _common import commit, machine, versions   # bench/_common.py (needs psutil: after the wheels)
+
+    from agentgym_nb import models
+    from agentgym_nb.config import make_config
+    work = tempfile.mkdtemp(prefix="gpu_check_")
+    preset = "smoke" if args.smoke else "cpu"
+    result: dict = {"check": "gpu_check", "date": time.strftime("%Y-%m-%d"), "commit": commit(),
+                    "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu", "smoke": args.smoke,
+                    "machine": machine(), "versions": versions("torch", "transformers", "peft", "accelerate"),
+                    "installed_from_wheels": installed, "parts": {}}
+    t0 = time.perf_counter()
+
+    def part(name, fn):
+        if name not in args.parts:
+            return
+        start = time.perf_counter()
+        try:
+            result["parts"][name] = {**fn(), "part_seconds": time.perf_counter() - start}
+        except Exception as e:   # one part's failure is a finding: the others still run and are recorded
+            result["parts"][name] = {"error": f"{type(e).__name__}: {e}", "part_seconds": time.perf_counter() - start}
+        print(f"gpu_check {name}: {json.dumps(result['parts'][name])[:400]}", flush=True)
+
+    part("tests", lambda: run_tests(args.device, args.smoke, args.workers))
+    track = {} if args.smoke else {"track": "one-room"}
+    cpu_cfg = make_config(preset=preset, env="babyai", name="gpu-check-cpu-preset", overrides={
+        "out_dir": work, "engine": "hf", "steps": 2 if args.smoke else 5, "save_every": 100, **track})
+    part("cpu_rl", lambda: train_run(cpu_cfg, cpu_cfg.steps))
+
+    def gpu_rl():
+        model_dir = half_billion_shape_dir(models.resolve_config(cpu_cfg), os.path.join(work, "qwen0.5b-shape"),
+                                           smoke=args.smoke)
+        cfg = make_config(preset="gpu", env="babyai", name="gpu-check-gpu-preset", overrides={
+            "out_dir": work, "model": model_dir, "engine": "hf", "steps": 2, "save_every": 100,
+            # episodes as long as the run will make them (6 turns of <= 256 tokens), so the plan's worst case is
+            # what the run reaches; at smoke sizes everything is cut down
+            "max_total_tokens": 2560, **({"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8,
+                                          "rounds": [1, 2, 3], "micro_batch_tokens": 512,
+                                          "bf16": False} if args.smoke else {})})   # (a CPU may emulate bf16)
+        return train_run(cfg, 1 if args.smoke else 2)
+    part("gpu_rl", gpu_rl)
+
+    def engine():
+        import engine_speed
+        smoke = ["--preset", "smoke", "--batch", "4", "--new-tokens", "4", "--prompt-tokens", "16",
+                 "--rollout-tasks", "2", "--repeats", "1"] if args.smoke else []
+        shapes = ["nano"] if args.smoke else ["nano", "qwen2.5-0.5b"]
+        out = engine_speed.main(["--device", args.device, "--shapes", *shapes, "--out",
+                                 os.path.join(work, "engine_speed.json"), *smoke])
+        return out["results"]
+    part("engine", engine)
+
+    def train():
+        import train_speed
+        smoke = ["--preset", "smoke", "--models", "nano", "--precisions", "fp32", "--shape", "2", "64",
+                 "--matmul-n", "256", "--steps", "1"] if args.smoke else []
+        out = train_speed.main(["--device", args.device, "--modes", "full", "lora", "--repeats", "1",
+                                "--out", os.path.join(work, "train_speed.json"), *smoke])
+        return {"results": out["results"]}
+    part("train", train)
+
+    result["seconds"] = time.perf_counter() - t0
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2)
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"gpu_check: {result['seconds']:.0f} s -> {args.out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""`make gpu-check` is run on a lent GPU machine, where a failure costs device time: every part of it runs here at
+toy sizes on the CPU (scripts/gpu_check.py --smoke), and its JSON holds what the GPU run's report is read from."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def test_gpu_check_runs_every_part_at_smoke_sizes(tmp_path, nano_dir):
+    out = tmp_path / "gpu_check.json"
+    done = subprocess.run([sys.executable, "scripts/gpu_check.py", "--smoke", "--device", "cpu", "--workers", "1",
+                           "--out", str(out)], capture_output=True, text=True, timeout=880,
+                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert {"date", "commit", "device", "versions", "machine", "seconds"} <= set(report)
+    parts = report["parts"]
+    assert set(parts) == {"tests", "cpu_rl", "gpu_rl", "engine", "train"}
+    assert not [name for name, part in parts.items() if "error" in part], parts
+    assert parts["tests"]["returncode"] == 0 and parts["tests"]["passed"] > 10 and not parts["tests"]["failures"]
+    for run in ("cpu_rl", "gpu_rl"):
+        steps = parts[run]["steps"]
+        assert steps and all(s["episodes"] > 0 and s["sync_error"] < 0.1 for s in steps)
+        assert parts[run]["engine_shares_model"]   # the HF engine samples with the policy: nothing to sync
+    assert parts["engine"]["rollout"]["now/cpu"]["episodes"] == 8
+    assert parts["engine"]["generate"]["nano/now/cpu"]["tokens_per_s"] > 0
+    assert set(parts["train"]["results"]) == {"nano/fp32", "nano/fp32/lora"}
