@@ -14,8 +14,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.slow
-def test_estimator_study_records_per_task_outcomes_that_reproduce_its_pairs(tmp_path):
+def test_estimator_study_records_per_task_outcomes_that_reproduce_its_pairs(nano_dir, tmp_path):
     out = tmp_path / "algorithms.json"
+    (tmp_path / "models").symlink_to(os.path.dirname(nano_dir))   # the runs are new, the smoke nano is the suite's
     env = {**os.environ, "AGENTGYM_NB_OUTPUTS": str(tmp_path), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, os.path.join(ROOT, "bench", "algorithms.py"), "--preset", "smoke", "--seeds", "0", "1",
            "--estimators", "grpo", "gigpo", "--out", str(out)]
