@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import torch
 
-from .engine import Completion, Engine, SamplingParams, check_prompts, check_seeds, eos_token_ids
+from .base import Completion, Engine, SamplingParams, check_prompts, check_seeds, eos_token_ids
 
 logging.getLogger("vllm.triton_utils.importing").setLevel(logging.ERROR)   # see _quiet_engine_start
 
