@@ -11,7 +11,9 @@ Two measurements, each after a warm-up call, the best of --repeats:
             on this machine's CPU (the speedup is the GPU's worth for the rollout);
   generate  a model of a given shape with random weights (nano: the built nano's config; qwen2.5-0.5b: hidden 896,
             24 layers, 14 heads, 2 KV heads, FFN 4864, vocabulary 151,936, tied embeddings; bf16 on a GPU) sampling
-            --batch sequences of --new-tokens tokens (no stop token) from prompts of --prompt-tokens: tokens/s.
+            --batch sequences of --new-tokens tokens (no stop token) from prompts of --prompt-tokens: tokens/s; on a
+            GPU also with the static cache (HFEngine(static_cache=True): compiled, CUDA graphs), whose first call
+            compiles (the warm-up, untimed).
 With --baseline REV the engine module of commit REV (git show REV:agentgym_nb/rollout/engine.py) runs the same
 measurements on the CPU, side by side with today's. Writes --out (default bench/results/engine_speed.json).
 """
@@ -75,8 +77,9 @@ def timed(fn, repeats: int) -> float:
     return best
 
 
-def generate_speed(engine_module, model, batch: int, prompt_tokens: int, new_tokens: int, repeats: int) -> dict:
-    engine = engine_module.HFEngine(model=model)
+def generate_speed(engine_module, model, batch: int, prompt_tokens: int, new_tokens: int, repeats: int,
+                   **options) -> dict:
+    engine = engine_module.HFEngine(model=model, **options)
     engine.eos_token_ids = []   # random weights: every sequence runs its full length
     vocab = model.config.vocab_size
     prompts = [[(7 * i + 13 * b) % (vocab - 10) + 5 for i in range(prompt_tokens)] for b in range(batch)]
@@ -118,6 +121,7 @@ def main(argv=None) -> dict:
     p.add_argument("--rollout-tasks", type=int, default=16, help="tasks of the rollout, 4 episodes each")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--baseline", default=None, metavar="REV", help="also time the engine of this commit (CPU)")
+    p.add_argument("--static", action="store_true", help="also time the static-cache path on a CPU (always on a GPU)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: $OMP_NUM_THREADS, else all cores)")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "engine_speed.json"))
     args = p.parse_args(argv)
@@ -150,10 +154,18 @@ def main(argv=None) -> dict:
             for name, module in engines.items():
                 if name != "now" and device != "cpu":
                     continue
-                key = f"{shape}/{name}/{device}"
-                results["generate"][key] = {"batch": args.batch, "prompt_tokens": prompt, "new_tokens": new,
-                                            **generate_speed(module, model, args.batch, prompt, new, args.repeats)}
-                print(f"generate {key}: {results['generate'][key]['tokens_per_s']:.0f} tok/s", flush=True)
+                variants = {"": {}}
+                if name == "now" and (device == "cuda" or args.static):
+                    variants["/static"] = {"static_cache": True}
+                for suffix, options in variants.items():
+                    key = f"{shape}/{name}/{device}{suffix}"
+                    try:
+                        speed = generate_speed(module, model, args.batch, prompt, new, args.repeats, **options)
+                    except Exception as e:   # (a compile that fails on this machine is a finding, not the end)
+                        speed = {"error": f"{type(e).__name__}: {e}"}
+                    results["generate"][key] = {"batch": args.batch, "prompt_tokens": prompt, "new_tokens": new,
+                                                **speed}
+                    print(f"generate {key}: {speed.get('tokens_per_s', speed.get('error'))}", flush=True)
             del model
     rollout = results["rollout"]
     if args.device == "cuda":

@@ -358,3 +358,17 @@ def test_the_hf_engine_prefills_the_last_position_only_and_drops_stopped_rows(hf
     assert {t for _, t in shapes} == {1}
     assert rows[0] == len(prompts) and rows[-1] == len(runs_on) < rows[0]
     assert rows == sorted(rows, reverse=True)
+
+
+def test_the_static_cache_path_draws_what_the_dynamic_one_draws(tiny_model_dir, prompts, hf_engine):
+    """HFEngine(static_cache=True) decodes through transformers' generate with a static KV cache (compiled on a GPU):
+    the same seeds give the same tokens and log-probs as the engine's own loop, stops and lengths included."""
+    static = HFEngine(tiny_model_dir, static_cache=True)
+    for params in (SamplingParams(temperature=1.0, top_k=40, max_tokens=12, seed=7), GREEDY,
+                   SamplingParams(temperature=0.0, max_tokens=12, stop_token_ids=[hf_engine.generate(
+                       prompts[:1], GREEDY)[0].token_ids[1]])):
+        want, got = hf_engine.generate(prompts, params), static.generate(prompts, params)
+        assert [c.token_ids for c in got] == [c.token_ids for c in want]
+        assert [c.finish_reason for c in got] == [c.finish_reason for c in want]
+        for g, w in zip(got, want):
+            assert g.logprobs == pytest.approx(w.logprobs, abs=1e-4)

@@ -143,10 +143,19 @@ class HFEngine(Engine):
 
     `model=` shares a loaded model, e.g. the trainer's policy: the engine then samples from the weights being
     trained, and a weight sync has nothing to copy. `model_dir=` loads an own copy onto `device` (default: the first
-    GPU when there is one, else the CPU) in `dtype`."""
+    GPU when there is one, else the CPU) in `dtype`.
+
+    `static_cache=True` decodes through transformers' `generate` with a static KV cache, which transformers compiles
+    (torch.compile, CUDA graphs) on a GPU: a decode step is then one graph launch instead of hundreds of kernels,
+    which is what bounds a small model's sampling on a GPU. The batch keeps its shape (stopped rows ride along), prompt
+    widths are padded to multiples of STATIC_WIDTH so that few shapes compile, and each new shape compiles once
+    (tens of seconds). The same seeds draw the same tokens either way (`sample_next`)."""
+
+    STATIC_WIDTH = 64
 
     def __init__(self, model_dir: str | None = None, *, model=None, tokenizer=None, dtype=torch.float32,
-                 batch_size: int = 64, seed: int = 0, device: str | torch.device | None = None):
+                 batch_size: int = 64, seed: int = 0, device: str | torch.device | None = None,
+                 static_cache: bool = False):
         if (model_dir is None) == (model is None):
             raise ValueError("HFEngine needs exactly one of model_dir (a saved HF folder) or model (a loaded model)")
         if model is None:
@@ -155,7 +164,7 @@ class HFEngine(Engine):
             model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model = model
         self.shares_model = model_dir is None
-        self.batch_size = batch_size
+        self.batch_size, self.static_cache = batch_size, static_cache
         self.eos_token_ids = eos_token_ids(model.generation_config, tokenizer)
         self.generator = torch.Generator().manual_seed(seed)   # seeds for calls that give none
 
@@ -177,9 +186,10 @@ class HFEngine(Engine):
         was_training = self.model.training
         self.model.eval()  # the trainer may share this model; dropout must not touch sampling
         try:
+            batch = self._generate_static if self.static_cache else self._generate_batch
             return [c for start in range(0, len(prompts), self.batch_size)
-                    for c in self._generate_batch(prompts[start:start + self.batch_size], params, stop,
-                                                  seeds[start:start + self.batch_size])]
+                    for c in batch(prompts[start:start + self.batch_size], params, stop,
+                                   seeds[start:start + self.batch_size])]
         finally:
             self.model.train(was_training)
 
@@ -223,6 +233,34 @@ class HFEngine(Engine):
         tokens, logprobs, lengths, stopped = (x.tolist() for x in (tokens, logprobs, lengths, stopped))
         return [Completion(tokens[b][:n], logprobs[b][:n], "stop" if stopped[b] else "length")
                 for b, n in enumerate(lengths)]
+
+    def _generate_static(self, prompts, params, stop, seeds) -> list[Completion]:
+        """One batch through transformers' generate with a static cache, each token drawn by `sample_next` inside a
+        logits processor that leaves generate only the drawn token to pick."""
+        from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList   # seconds to import
+        device, B = self.device, len(prompts)
+        width = -(-max(map(len, prompts)) // self.STATIC_WIDTH) * self.STATIC_WIDTH
+        ids = torch.tensor([[0] * (width - len(p)) + list(p) for p in prompts], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+        seeds = torch.tensor(seeds, dtype=torch.int64, device=device)
+        drawn: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+        class Draw(LogitsProcessor):
+            def __call__(self, input_ids, scores):
+                next_ids, next_logprobs = sample_next(scores, params, seeds, input_ids.shape[1] - width)
+                drawn.append((next_ids, next_logprobs))
+                return torch.full_like(scores, float("-inf")).scatter(1, next_ids[:, None], 0.0)
+
+        config = GenerationConfig(max_new_tokens=params.max_tokens, do_sample=False, num_beams=1,
+                                  eos_token_id=stop.tolist(), pad_token_id=0, cache_implementation="static")
+        self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
+                            logits_processor=LogitsProcessorList([Draw()]))
+        tokens, logprobs = (torch.stack(x, dim=1) for x in zip(*drawn))
+        hit = torch.isin(tokens, stop)
+        first = torch.where(hit.any(1), hit.int().argmax(1) + 1, tokens.shape[1]).tolist()
+        stopped, tokens, logprobs = hit.any(1).tolist(), tokens.tolist(), logprobs.tolist()
+        return [Completion(tokens[b][:first[b]], logprobs[b][:first[b]], "stop" if stopped[b] else "length")
+                for b in range(B)]
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         named = dict(named_tensors)
