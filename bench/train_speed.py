@@ -106,7 +106,8 @@ def one_config(name: str, precision: str, batch: int, seq: int, steps: int, thre
         torch.manual_seed(0)
         model = add_lora(model, r=32)
     model = model.to(device).train()
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6,
+                                  fused=device == "cuda" or None)   # as the trainer's (train.parallel)
     vocab = model.config.vocab_size
     ids = torch.randint(3, vocab, (batch, seq), device=device)
     mask = torch.ones_like(ids)
