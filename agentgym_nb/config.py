@@ -189,8 +189,8 @@ ADAPTIVE_METRICS = ("success", "success_in_reach", "reward", "done", "turns", "c
                     "cut_by_token_budget")
 
 
-# The paper preset: AgentGym-RL's ScalingInter-RL training scripts (examples/train/ScalingInter-RL/<env>_train.sh,
-# reference/agentgym_rl.md section 7), all on Qwen2.5-7B-Instruct with GRPO, lr 1e-6 constant, KL loss low_var_kl
+# The paper preset: AgentGym-RL's ScalingInter-RL training scripts (its examples/train/ScalingInter-RL/<env>_train.sh),
+# all on Qwen2.5-7B-Instruct with GRPO, lr 1e-6 constant, KL loss low_var_kl
 # 0.001, clip 0.2, entropy 0.001, grad clip 1.0, temperature 1, save every 25 steps, 8 GPUs (our FSDP config),
 # vLLM tensor parallel 1 (rollout.tensor_model_parallel_size), gradient checkpointing on (the yaml default).
 # batch = prompts per step (data.train_batch_size), n = episodes per prompt, mini_batch = prompts per optimizer
@@ -213,7 +213,7 @@ PAPER_SCRIPTS = {
 
 
 def preset_values(env: str, preset: str, track: str | None = None) -> dict[str, Any]:
-    """Per-env, per-preset settings. `paper` follows the ScalingInter-RL example scripts (reference/agentgym_rl.md §7);
+    """Per-env, per-preset settings. `paper` follows AgentGym-RL's ScalingInter-RL example scripts (PAPER_SCRIPTS);
     `cpu` and `smoke` take their items and episode shape from the env's track (`Env.tracks`)."""
     _check_choice("env", env, envs.ENV_NAMES)
     _check_choice("preset", preset, PRESETS)

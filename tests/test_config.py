@@ -147,8 +147,9 @@ def test_override_values_are_parsed_as_json_when_possible():
     ("textcraft", 32, 8, 4, 512 + 10240, [10, 20, 30], 100, 512),
     ("webarena", 32, 4, 8, 750 + 14098, [8, 12, 15], 80, 512)])
 def test_paper_preset_is_the_scalinginter_scripts(env, batch, n, mini, total_tokens, rounds, every, tokens):
-    """reference/agentgym_rl.md section 7: train batch, rollout.n, mini-batch (prompts), prompt + response length,
-    rounds schedule, tokens per turn; GRPO, lr 1e-6, low_var_kl 0.001 for every env."""
+    """AgentGym-RL's ScalingInter-RL scripts (examples/train/ScalingInter-RL/<env>_train.sh): train batch, rollout.n,
+    mini-batch (prompts), prompt + response length, rounds schedule, tokens per turn; GRPO, lr 1e-6, low_var_kl 0.001
+    for every env."""
     cfg = make_config(preset="paper", env=env)
     assert (cfg.prompts_per_step, cfg.samples_per_prompt, cfg.mini_batches) == (batch, n, mini)
     assert (cfg.max_total_tokens, cfg.rounds, cfg.rounds_every, cfg.max_tokens) == (total_tokens, rounds, every, tokens)
