@@ -1,20 +1,37 @@
+"""The exercises: each checker accepts the reference solution, rejects wrong answers with the message that names the
+mistake, and leaves a blank answer unticked without stopping "Run All"; the solutions stay out of the lessons and
+stand in for the learner's answers only under AGENTGYM_NB_SOLUTIONS=1. The real data is a batch the smoke nano plays
+in BabyAI."""
 import ast
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
+from agentgym_nb import exercises
 from agentgym_nb.exercises import check
 
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+# lessons whose solutions are still a cell of the lesson that fills in answers left at None
+SOLUTION_CELLS_IN_LESSON = {"06_ablations", "07_pass_at_k"}
 
-def test_check_accepts_the_reference_and_says_what_is_wrong_otherwise(capsys):
+
+def solution(lesson: str, name: str):
+    return getattr(exercises.load_solutions(lesson), name)
+
+
+def test_check_ticks_a_right_answer_raises_on_a_wrong_one_and_leaves_a_blank_one_unticked(capsys):
     check("a number", 0.5004, 0.5)
     check("an array", [[1.0, 0.0]], np.array([[1.0, 0.0]]))
     check("a set of tokens", {"go", "to"}, {"to", "go"})
     assert capsys.readouterr().out.count("✓") == 3
-    with pytest.raises(AssertionError, match="no answer yet"):
-        check("x", None, 1.0)
+    check("x", None, 1.0)
+    out = capsys.readouterr().out
+    assert "not answered yet" in out and "✓" not in out
     with pytest.raises(AssertionError, match="not yet \\(off by up to 0.1"):
         check("x", 0.6, 0.5)
     with pytest.raises(AssertionError, match="expected shape \\(2,\\), got a number"):
@@ -23,32 +40,280 @@ def test_check_accepts_the_reference_and_says_what_is_wrong_otherwise(capsys):
         check("x", {"go"}, {"go", "to"})
 
 
-def _answers_left_at_none(source: str) -> set[str]:
-    return {t.id for node in ast.parse(source).body if isinstance(node, ast.Assign)
-            and isinstance(node.value, ast.Constant) and node.value.value is None for t in node.targets}
+def test_solutions_stand_in_only_under_the_variable(monkeypatch, capsys):
+    def blank(n, c, k):
+        return None
+
+    namespace = {"my_pass_at_k": blank}
+    monkeypatch.delenv(exercises.SOLUTIONS_ENV, raising=False)
+    assert exercises.solutions_under_ci("00b_rl_in_one_page", namespace) == []
+    assert namespace["my_pass_at_k"] is blank
+    monkeypatch.setenv(exercises.SOLUTIONS_ENV, "1")
+    assert exercises.solutions_under_ci("00b_rl_in_one_page", namespace) == ["my_pass_at_k"]
+    assert namespace["my_pass_at_k"](4, 1, 2) == pytest.approx(0.5)
+    with pytest.raises(FileNotFoundError, match="lessons with solutions: \\['00b_rl_in_one_page'"):
+        exercises.solutions_under_ci("99_no_such_lesson", namespace)
+    exercises.check_pass_at_k(namespace["my_pass_at_k"], 4, [0, 1, 4])
+    assert "(the reference solution, AGENTGYM_NB_SOLUTIONS=1)" in capsys.readouterr().out
+    exercises._reference_in_use.clear()
 
 
-def test_a_solution_cell_fills_in_only_the_answers_still_none():
-    """A learner's answer must reach the check as written: a solution cell sets each answer only under
-    `if <answer> is None:`, so "Run all" checks what the learner wrote and fills in only what is missing."""
+def _lesson(path: Path) -> tuple[list[str], str]:
+    cells = [c for c in json.load(open(path))["cells"] if c["cell_type"] == "code"]
+    return ["".join(c["source"]) for c in cells], path.stem
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem not in SOLUTION_CELLS_IN_LESSON], ids=lambda p: p.stem)
+def test_a_lesson_holds_blank_answers_and_its_solutions_live_in_notebooks_solutions(path):
+    sources, lesson = _lesson(path)
+    assert not any(s.lstrip().startswith("# solution") for s in sources), "a solution cell sits in the lesson"
+    if not (exercises.SOLUTIONS_DIR / f"{lesson}.py").exists():
+        assert not any("exercises" in s for s in sources), "a lesson with exercises needs its notebooks/solutions file"
+        return
+    calls = [s for s in sources if f'solutions_under_ci("{lesson}", globals())' in s]
+    assert len(calls) == 1, f"one cell calls exercises.solutions_under_ci({lesson!r}, globals()) before its checks"
+    answers = exercises.load_solutions(lesson).__all__
+    defined = {}
+    for source in sources:
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.FunctionDef):
+                defined[node.name] = node
+            elif isinstance(node, ast.Assign):
+                defined.update({t.id: node for t in node.targets if isinstance(t, ast.Name)})
+    for name in answers:
+        assert name in defined, f"the lesson defines no {name} for its solution to stand in for"
+        node = defined[name]
+        if isinstance(node, ast.FunctionDef):   # handed out blank: a docstring and `return None` / `...` at most
+            body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+            assert all(isinstance(s, ast.Return) and (s.value is None or isinstance(s.value, ast.Constant)
+                                                      and s.value.value is None) for s in body), \
+                f"{name} is not handed out blank"
+        else:
+            assert isinstance(node.value, ast.Constant) and node.value.value is None, f"{name} is not None"
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem in SOLUTION_CELLS_IN_LESSON], ids=lambda p: p.stem)
+def test_a_solution_cell_still_in_a_lesson_fills_in_only_the_answers_still_none(path):
+    cells = [c for c in json.load(open(path))["cells"] if c["cell_type"] == "code"]
     seen = 0
-    for path in sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb")):
-        cells = [c for c in json.load(open(path))["cells"] if c["cell_type"] == "code"]
-        for before, cell in zip(cells, cells[1:]):
-            source = "".join(cell["source"])
-            if not source.lstrip().startswith("# solution"):
-                continue
-            seen += 1
-            answers = _answers_left_at_none("".join(before["source"]))
-            assert answers, f"{path.name}: the cell before a solution holds the answers, each `= None`"
-            guarded = set()
-            for node in ast.parse(source).body:
-                if isinstance(node, ast.Assign):
-                    names = {t.id for t in node.targets if isinstance(t, ast.Name)}
-                    assert not names & answers, f"{path.name}: the solution overwrites {names & answers}"
-                elif isinstance(node, ast.If):
-                    test = node.test
-                    assert isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.Is), ast.unparse(test)
-                    guarded.add(test.left.id)
-            assert guarded == answers, f"{path.name}: answers {answers}, filled in under `is None`: {guarded}"
-    assert seen >= 8   # notebooks 01-07 and 03b each end with an exercise
+    for before, cell in zip(cells, cells[1:]):
+        source = "".join(cell["source"])
+        if not source.lstrip().startswith("# solution"):
+            continue
+        seen += 1
+        answers = {t.id for node in ast.parse("".join(before["source"])).body if isinstance(node, ast.Assign)
+                   and isinstance(node.value, ast.Constant) and node.value.value is None for t in node.targets}
+        assert answers, f"{path.name}: the cell before a solution holds the answers, each `= None`"
+        guarded = set()
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.Assign):
+                names = {t.id for t in node.targets if isinstance(t, ast.Name)}
+                assert not names & answers, f"{path.name}: the solution overwrites {names & answers}"
+            elif isinstance(node, ast.If):
+                assert isinstance(node.test, ast.Compare) and isinstance(node.test.ops[0], ast.Is)
+                guarded.add(node.test.left.id)
+        assert guarded == answers, f"{path.name}: answers {answers}, filled in under `is None`: {guarded}"
+    assert seen >= 1
+
+
+def test_there_are_five_exercises_where_the_learner_writes_code():
+    coded = {lesson: [n for n in exercises.load_solutions(lesson).__all__
+                      if callable(getattr(exercises.load_solutions(lesson), n))]
+             for lesson in (p.stem for p in exercises.SOLUTIONS_DIR.glob("*.py"))}
+    assert sum(len(v) for v in coded.values()) >= 5, coded
+
+
+# ---------------------------------------------------------------------------------------------------------- pass@k
+
+def test_pass_at_k_checker(capsys):
+    counts = [0, 1, 3, 8]   # successes of 4 tasks, 8 samples each
+    exercises.check_pass_at_k(lambda n, c, k: None, 8, counts)
+    assert "not answered yet" in capsys.readouterr().out
+    with pytest.raises(AssertionError, match="plug-in estimate"):
+        exercises.check_pass_at_k(lambda n, c, k: 1 - (1 - c / n) ** k, 8, counts)
+    with pytest.raises(AssertionError, match="that is pass\\^k"):
+        exercises.check_pass_at_k(lambda n, c, k: math.comb(c, k) / math.comb(n, k), 8, counts)
+    with pytest.raises(AssertionError, match="raise ValueError"):
+        exercises.check_pass_at_k(lambda n, c, k: 1 - math.comb(n - c, k) / math.comb(n, k) if k <= n else 1.0,
+                                  8, counts)
+    exercises.check_pass_at_k(solution("00b_rl_in_one_page", "my_pass_at_k"), 8, counts)
+    assert "✓ pass@k" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------- the real batch
+
+@pytest.fixture(scope="module")
+def played(hf_nano, chat):
+    """Episodes of the smoke nano in BabyAI: a batch at the smoke budget, and a replay with replies capped at 4 ids
+    (cut replies) and a token budget that stops episodes before an observation fits."""
+    from agentgym_nb import envs
+    from agentgym_nb.config import item_pool, make_config
+    from agentgym_nb.rollout.engine import SamplingParams
+    from agentgym_nb.rollout.runner import run_episodes
+    cfg = make_config(preset="smoke", env="babyai")
+    items = item_pool(cfg, "train")[:3]
+    play = lambda max_tokens, budget: run_episodes(   # noqa: E731
+        hf_nano, lambda: envs.make("babyai"), items, chat, n=2, max_rounds=3,
+        params=SamplingParams(temperature=1.0, max_tokens=max_tokens, seed=0), max_total_tokens=budget)
+    batch = play(cfg.max_tokens, cfg.max_total_tokens)
+    longest = max(len(t.input_ids) for t in batch)
+    cut = play(4, longest)
+    assert any(t.replies_cut_by_max_tokens for t in cut)
+    return batch, cut
+
+
+def test_turn_record_and_the_sequence_checker(played, chat, capsys):
+    batch, cut = played
+    episodes = batch + cut
+    record = exercises.turn_record(episodes[0], chat)
+    assert record["prompt"] == episodes[0].input_ids[:len(record["prompt"])]
+    assert len(record["turns"]) == episodes[0].num_rounds
+    assert any(turn["observation"] is None for t in episodes for turn in exercises.turn_record(t, chat)["turns"])
+    reference = solution("02_mask_construction", "my_sequence")
+    exercises.check_sequence(lambda chat, record: None, chat, episodes)
+    assert "not answered yet" in capsys.readouterr().out
+
+    def trains_the_closing(chat, record):   # AgentGym-RL's mask: the template's <|im_end|> trained too
+        ids, mask = reference(chat, record)
+        return ids, [1 if (m or (i == chat.end_of_turn_id and k and mask[k - 1])) else 0
+                     for k, (i, m) in enumerate(zip(ids, mask))]
+
+    with pytest.raises(AssertionError, match="must be 0 \\(the <\\|im_end\\|> added after a reply"):
+        exercises.check_sequence(trains_the_closing, chat, cut)
+
+    def trains_the_environment(chat, record):
+        ids, mask = list(record["prompt"]), [0] * len(record["prompt"])
+        for turn in record["turns"]:
+            closing = [chat.end_of_turn_id] if turn["sampled"][-1:] != [chat.end_of_turn_id] else []
+            ids += turn["sampled"] + closing
+            mask += [1] * len(turn["sampled"]) + [0] * len(closing)
+            if turn["observation"] is not None:
+                scaffold, seen = chat.encode(chat.after_reply), chat.encode(turn["observation"])
+                ids += scaffold + seen + chat.encode(chat.generation_header)
+                mask += [0] * len(scaffold) + [1] * len(seen) + [0] * len(chat.encode(chat.generation_header))
+        return ids, mask
+
+    with pytest.raises(AssertionError, match="environment token .*must be 0 \\(the agent is not trained to predict"):
+        exercises.check_sequence(trains_the_environment, chat, episodes)
+
+    def forgets_the_closing(chat, record):   # a cut reply left open: the template's <|im_end|> is missing
+        ids, mask = list(record["prompt"]), [0] * len(record["prompt"])
+        for turn in record["turns"]:
+            answer = [] if turn["observation"] is None else (
+                chat.encode(chat.after_reply) + chat.encode(turn["observation"]) + chat.encode(chat.generation_header))
+            ids += turn["sampled"] + answer
+            mask += [1] * len(turn["sampled"]) + [0] * len(answer)
+        return ids, mask
+
+    with pytest.raises(AssertionError, match="input_ids differ at position .*template token.*closed with one"):
+        exercises.check_sequence(forgets_the_closing, chat, cut)
+    exercises.check_sequence(reference, chat, episodes)
+    assert "✓ the multi-turn sequence" in capsys.readouterr().out
+
+
+def _batch_tensors(batch, tokenizer):
+    from agentgym_nb.rollout.trajectory import collate
+    x = collate(batch, pad_id=tokenizer.pad_token_id)
+    return x, torch.tensor([t.reward for t in batch]), torch.tensor([t.group for t in batch])
+
+
+@pytest.mark.filterwarnings("ignore:std\\(\\)")
+def test_grpo_checker(played, tokenizer, capsys):
+    x, scores, group = _batch_tensors(played[0], tokenizer)
+    mask = x["loss_mask"]
+    reference = solution("03_advantage_estimators", "my_grpo")
+
+    def per_episode(fn):
+        def estimator(s, g, m):
+            adv = torch.zeros(len(s))
+            for k in g.unique():
+                members = g == k
+                adv[members] = fn(s[members]) if members.sum() > 1 else 0.0
+            return adv[:, None] * m
+        return estimator
+
+    exercises.check_grpo(lambda s, g, m: None, scores, group, mask)
+    assert "not answered yet" in capsys.readouterr().out
+    for wrong, message in (
+            (per_episode(lambda s: (s - s.mean()) / (s.std(unbiased=False) + 1e-6)), "population std"),
+            (per_episode(lambda s: s - s.mean()), "did not divide by the group's std|subtracted the mean"),
+            (lambda s, g, m: ((s - s.mean()) / (s.std() + 1e-6))[:, None] * m, "whole batch"),
+            (lambda s, g, m: reference(s, g, m) + (1 - m), "has loss_mask 0"),
+            (lambda s, g, m: reference(s, g, m)[:, :1], "expected shape \\[B, T\\]")):
+        with pytest.raises(AssertionError, match=message):
+            exercises.check_grpo(wrong, scores, group, mask)
+
+    def nan_for_singletons(s, g, m):
+        adv = torch.zeros(len(s))
+        for k in g.unique():
+            members = g == k
+            adv[members] = (s[members] - s[members].mean()) / (s[members].std() + 1e-6)
+        return adv[:, None] * m
+
+    with pytest.raises(AssertionError, match="gets nan"):
+        exercises.check_grpo(nan_for_singletons, scores, group, mask)
+    exercises.check_grpo(reference, scores, group, mask)
+    assert "✓ GRPO advantages" in capsys.readouterr().out
+
+
+def test_ppo_loss_checker(played, nano_dir, tokenizer, capsys):
+    from transformers import AutoModelForCausalLM
+
+    from agentgym_nb.algos.advantages import grpo
+    from agentgym_nb.algos.losses import token_logprobs
+    x, scores, group = _batch_tensors(played[0], tokenizer)
+    model = AutoModelForCausalLM.from_pretrained(nano_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        old = token_logprobs(model, x["input_ids"], x["attention_mask"])
+        for p in model.parameters():   # the policy after a small step: other weights, other log-probs
+            p.add_(0.01 * torch.randn(p.shape, generator=torch.Generator().manual_seed(0)))
+        logp = token_logprobs(model, x["input_ids"], x["attention_mask"])
+    adv = grpo(torch.linspace(0, 1, len(scores)), group, x["loss_mask"])
+    mask = x["loss_mask"]
+    reference = solution("03b_update_step", "my_ppo_loss")
+    exercises.check_ppo_loss(lambda *a: None, logp, old, adv, mask)
+    assert "not answered yet" in capsys.readouterr().out
+
+    def per_token(lp, old_lp, a, m, eps):
+        ratio = torch.exp(lp - old_lp)
+        return -a * ratio, -a * ratio.clamp(1 - eps, 1 + eps)
+
+    for wrong, message in (
+            (lambda lp, o, a, m, e: (torch.minimum(*per_token(lp, o, a, m, e)) * m).sum() / m.sum(), "took the min"),
+            (lambda lp, o, a, m, e: (per_token(lp, o, a, m, e)[0] * m).sum() / m.sum(), "there is no clip"),
+            (lambda lp, o, a, m, e: torch.maximum(*per_token(lp, o, a, m, e)).mean(), "averaged over every position"),
+            (lambda lp, o, a, m, e: reference(lp, o, a, m, e).item(), "one-element torch tensor"),
+            (lambda lp, o, a, m, e: reference(lp, o, a, m, e).detach(), "it has no gradient"),
+            (lambda lp, o, a, m, e: (torch.maximum(-a * torch.exp(lp - o), -a * torch.exp(lp - o).detach().clamp(
+                1 - e, 1 + e) * torch.exp(lp - lp.detach())) * m).sum() / m.sum(), "gradient with respect to logp")):
+        with pytest.raises(AssertionError, match=message):
+            exercises.check_ppo_loss(wrong, logp, old, adv, mask)
+    exercises.check_ppo_loss(reference, logp, old, adv, mask)
+    assert "✓ the PPO-clip loss" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------------------------------- schedule
+
+def test_horizon_checker(capsys):
+    history = [{"step": k, "max_rounds": [2, 4, 6][min((k - 1) // 3, 2)]} for k in range(1, 10)]
+    exercises.check_horizon(lambda step, rounds, every: None, [2, 4, 6], 3, 9, history)
+    assert "not answered yet" in capsys.readouterr().out
+    with pytest.raises(AssertionError, match="Steps count from 1"):
+        exercises.check_horizon(lambda s, r, e: r[min(s // e, len(r) - 1)], [2, 4, 6], 3, 9, history)
+    with pytest.raises(AssertionError, match="IndexError .*clamp the stage number"):
+        exercises.check_horizon(lambda s, r, e: r[(s - 1) // e], [2, 4, 6], 3, 9, history)
+    with pytest.raises(AssertionError, match="the run's metrics say step 4 played at H = 2; your function gives 4"):
+        exercises.check_horizon(solution("05_scalinginter", "my_horizon"), [2, 4, 6], 3, 9,
+                                [{"step": 4, "max_rounds": 2}])
+    exercises.check_horizon(solution("05_scalinginter", "my_horizon"), [2, 4, 6], 3, 9, history)
+    assert "✓ the horizon schedule" in capsys.readouterr().out
+
+
+def test_check_function_on_cases(capsys):
+    cases = [("a", (2, 3), 5), ("b", (1, 1), 2)]
+    exercises.check_function("addition", lambda a, b: a + b, cases)
+    assert capsys.readouterr().out == "✓ addition (2 cases of the real data)\n"
+    exercises.check_function("addition", lambda a, b: None, cases)
+    assert "not answered yet" in capsys.readouterr().out
+    with pytest.raises(AssertionError, match="addition, b: expected 2, got 1"):
+        exercises.check_function("addition", lambda a, b: max(a, b) if a == b else a + b, cases)

@@ -54,3 +54,25 @@ def test_papermill_reads_every_parameter(path):
                   if "parameters" in c["metadata"].get("tags", []))
     names = [m.group(1) for m in re.finditer(r"^(\w+)\s*=", source, re.M)]
     assert list(papermill.inspect_notebook(path)) == names
+
+
+def test_no_lesson_starts_the_long_tracks_two_hour_build_unasked(tmp_path, monkeypatch):
+    """Notebooks 04 and 05 pick their track with train.runs.default_track: BabyAI's long track only when its nano is
+    built (or cheap: smoke) or asked for; otherwise the one-room track, saying what the long build costs."""
+    from agentgym_nb import models
+    from agentgym_nb.config import make_config
+    from agentgym_nb.train.runs import default_track
+    monkeypatch.setattr(models, "MODELS_DIR", str(tmp_path))   # a models folder with nothing built
+    said = []
+    assert default_track("babyai", "cpu", None, log=said.append) == "one-room"
+    assert len(said) == 1 and "about 2 hours" in said[0] and "make model TRACK=long" in said[0]
+    assert default_track("babyai", "cpu", "long", log=said.append) == "long"   # asked for
+    assert default_track("babyai", "smoke", None, log=said.append) == "long"   # a smoke build takes seconds
+    assert default_track("textcraft", "cpu", None, log=said.append) is None    # its first track
+    built = models.nano_dir(make_config(preset="cpu", env="babyai", track="long"))
+    os.makedirs(built)
+    open(os.path.join(built, "build.json"), "w").write("{}")
+    assert default_track("babyai", "cpu", None, log=said.append) == "long" and len(said) == 1
+    for name in ("04_fixed_horizon", "05_scalinginter"):
+        nb = json.load(open(os.path.join(ROOT, "notebooks", f"{name}.ipynb")))
+        assert any("default_track(env, preset_name, track)" in "".join(c["source"]) for c in nb["cells"]), name

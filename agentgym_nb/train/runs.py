@@ -32,6 +32,23 @@ ADAPTIVE_IN_REACH = dict(adaptive_metric="success_in_reach", adaptive_threshold=
                          adaptive_min_steps=5)
 
 
+def default_track(env: str, preset: str | None, track: str | None, log=print) -> str | None:
+    """The track a notebook trains on. A track that is given is kept (its model's build, however long, was asked
+    for); another env than BabyAI gets None (its first track). BabyAI gets its long track (rooms, doors, keys and
+    mazes: where the horizon matters) when that track's model is built already or cheap (smoke, or a model that is
+    not nano); otherwise its one-room track, and `log` says what the long track's nano costs and how to start it."""
+    if track is not None or env != "babyai":
+        return track
+    from ..models import nano_dir
+    cfg = make_config(preset=preset, env=env, track="long")
+    if cfg.preset == "smoke" or cfg.model != "nano" or os.path.exists(os.path.join(nano_dir(cfg), "build.json")):
+        return "long"
+    log("BabyAI's long track (where the horizon matters) needs a nano model of its own, not built yet: about 2 hours "
+        "on 2 cores, started by `make model TRACK=long` or by running this notebook with -p track long. Until then "
+        "this run uses the one-room track (experts need at most 6 turns), where a horizon of 6 caps nothing.")
+    return "one-room"
+
+
 def listed(value, what: str) -> list:
     """A list parameter as papermill may pass it (`config.parse_list`: a list, "[0, 1]", "0,1", or one value), with
     at least one value; blank items ("0, 1,") are dropped."""
