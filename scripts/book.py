@@ -1,20 +1,28 @@
-"""`make book`: run the notebooks at a preset and render the executed copies as a static site with Jupyter Book.
+"""`make book`: run the notebooks at a preset, render each executed lesson as markdown that GitHub displays
+(docs/lessons/<lesson>.md with its figures), and the whole as a static site with Jupyter Book.
 
     .venv/bin/python scripts/book.py                       # every notebook at the cpu preset (hours on 2 cores)
     .venv/bin/python scripts/book.py --preset smoke        # the same pipeline in minutes
     .venv/bin/python scripts/book.py --no-execute          # render the committed notebooks as they are (no outputs)
+    .venv/bin/python scripts/book.py --check               # which rendered lessons are older than their notebooks
 
 Executed copies go to docs/_build/notebooks/ (an existing copy made at the same preset is reused unless --fresh;
-the notebooks reuse their finished training runs under outputs/runs/ too), the site to docs/_build/html/. With
---figures, the key figures of the run are copied to docs/figures/ and listed in docs/figures/README.md with the
-commit, date and preset that made them (commit those; docs/_build/ is not committed).
+the notebooks reuse their finished training runs under outputs/runs/ too), the site to docs/_build/html/. Each
+lesson's exercises run with their reference solutions (AGENTGYM_NB_SOLUTIONS=1, agentgym_nb/exercises.py). The
+rendered lessons go to docs/lessons/ (commit those; docs/_build/ is not), each opening with the commit, date,
+machine and preset it was made at and a hash of its notebook's source, so `--check` (and tests/test_book.py) can
+tell when a notebook has changed since. With --figures, the key figures of the run are copied to docs/figures/ and
+listed in docs/figures/README.md with the commit, date and preset that made them.
 """
 from __future__ import annotations
 
 import argparse
 import glob
+import hashlib
+import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +30,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(ROOT, "docs", "_build")
+LESSONS = os.path.join(ROOT, "docs", "lessons")
+PROVENANCE = re.compile(r"^<!-- rendered lesson: (\{.*\}) -->$", re.M)   # the first line of a rendered lesson
 # (figure file under the run's folder, its name under docs/figures/, what it shows) per notebook
 KEY_FIGURES = {
     "05_scalinginter": [("scalinginter-babyai-long-{preset}/figures/training.png", "scalinginter_training.png",
@@ -40,22 +50,112 @@ KEY_FIGURES = {
 }
 
 
-def execute(notebook: str, preset: str, fresh: bool) -> str:
+def execute(notebook: str, preset: str, fresh: bool, build: str = BUILD) -> str:
+    """papermill `notebook` at `preset` into <build>/notebooks/, the exercises with their reference solutions; beside
+    it a stamp records the preset, the source hash and the seconds it took. A copy of the same source at the same
+    preset is reused unless `fresh`."""
     name = os.path.basename(notebook)
-    out = os.path.join(BUILD, "notebooks", name)
-    stamp = out + ".preset"
-    if not fresh and os.path.exists(out) and os.path.exists(stamp) and open(stamp).read() == preset:
-        print(f"book: {name} already executed at the {preset} preset", flush=True)
-        return out
+    out = os.path.join(build, "notebooks", name)
+    stamp = out + ".json"
+    if not fresh and os.path.exists(out) and os.path.exists(stamp):
+        with open(stamp) as f:
+            made = json.load(f)
+        if made["preset"] == preset and made["source_sha256"] == source_hash(notebook):
+            print(f"book: {name} already executed at the {preset} preset", flush=True)
+            return out
     os.makedirs(os.path.dirname(out), exist_ok=True)
     t0 = time.time()
-    env = dict(os.environ, AGENTGYM_NB_PRESET=preset)
+    env = dict(os.environ, AGENTGYM_NB_PRESET=preset, AGENTGYM_NB_SOLUTIONS="1")
     subprocess.run([os.path.join(os.path.dirname(sys.executable), "papermill"), notebook, out, "--no-progress-bar",
                     "--cwd", os.path.dirname(notebook)], check=True, env=env)
     with open(stamp, "w") as f:
-        f.write(preset)
+        json.dump({"preset": preset, "source_sha256": source_hash(notebook), "seconds": round(time.time() - t0)}, f)
     print(f"book: {name} executed in {time.time() - t0:.0f} s", flush=True)
     return out
+
+
+def source_hash(notebook: str) -> str:
+    """sha256 of what a notebook teaches and runs: each cell's type, tags and source (not outputs, ids or counts)."""
+    with open(notebook) as f:
+        cells = json.load(f)["cells"]
+    text = json.dumps([[c["cell_type"], c.get("metadata", {}).get("tags", []), "".join(c["source"])] for c in cells])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def machine() -> str:
+    """The machine in the words docs/results.md uses: cores, CPU model and vector width."""
+    info = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    model = re.search(r"model name\s*:\s*(.*)", info)
+    width = "AVX-512" if " avx512f" in info else "AVX2" if " avx2" in info else "no AVX2"
+    return f"{os.cpu_count()}-core {model.group(1).strip() if model else 'CPU'} ({width})"
+
+
+def render_lesson(executed: str, notebook: str, out_dir: str = LESSONS, *, preset: str, seconds: float | None,
+                  root: str = ROOT) -> str:
+    """The executed copy of `notebook` as GitHub markdown: <out_dir>/<lesson>.md, its figures in
+    <out_dir>/<lesson>_files/ (PNGs, reduced to 256 colours where that is smaller). The first line records, as
+    JSON, the notebook's path and source hash, the commit, date, machine and preset it was made at."""
+    from nbconvert import MarkdownExporter
+    lesson = os.path.splitext(os.path.basename(notebook))[0]
+    files = f"{lesson}_files"
+    body, resources = MarkdownExporter().from_filename(executed, resources={"output_files_dir": files})
+    shutil.rmtree(os.path.join(out_dir, files), ignore_errors=True)
+    os.makedirs(os.path.join(out_dir, files), exist_ok=True)
+    for path, data in resources.get("outputs", {}).items():
+        with open(os.path.join(out_dir, path), "wb") as f:
+            f.write(_lean_png(data) if path.endswith(".png") else data)
+    made = {"notebook": os.path.relpath(notebook, root), "source_sha256": source_hash(notebook),
+            "commit": _commit(ROOT), "date": time.strftime("%Y-%m-%d"), "machine": machine(), "preset": preset,
+            "seconds": seconds}
+    link = os.path.relpath(os.path.abspath(notebook), os.path.abspath(out_dir))
+    took = f" in {seconds:.0f} s" if seconds is not None else ""
+    head = (f"<!-- rendered lesson: {json.dumps(made)} -->\n\n"
+            f"> The lesson [`{made['notebook']}`]({link}) as it ran at the `{preset}` preset{took} on "
+            f"{made['date']}, commit {made['commit']}, on a {made['machine']}; its exercises ran with their "
+            f"reference solutions. The notebook itself is committed without outputs.\n\n")
+    target = os.path.join(out_dir, f"{lesson}.md")
+    with open(target, "w") as f:
+        f.write(head + body)
+    return target
+
+
+def rendered(path: str) -> dict:
+    """The provenance a rendered lesson's first line records."""
+    with open(path) as f:
+        found = PROVENANCE.match(f.readline().rstrip("\n"))
+    if not found:
+        raise ValueError(f"{path} does not open with its provenance (<!-- rendered lesson: {{...}} -->)")
+    return json.loads(found.group(1))
+
+
+def stale_renders(lessons: str = LESSONS, root: str = ROOT) -> list[str]:
+    """Rendered lessons whose notebook is gone or has changed since (its source hash differs), one line each."""
+    stale = []
+    for path in sorted(glob.glob(os.path.join(lessons, "*.md"))):
+        if os.path.basename(path) == "README.md":
+            continue
+        made = rendered(path)
+        notebook = os.path.join(root, made["notebook"])
+        if not os.path.exists(notebook):
+            stale.append(f"{os.path.relpath(path, root)}: its notebook {made['notebook']} no longer exists")
+        elif source_hash(notebook) != made["source_sha256"]:
+            stale.append(f"{os.path.relpath(path, root)}: {made['notebook']} changed since it was rendered at "
+                         f"{made['commit']} ({made['date']}); run `make book` again")
+    return stale
+
+
+def _lean_png(data: bytes) -> bytes:
+    """The PNG reduced to a 256-colour palette when that makes it smaller (plots have few colours)."""
+    from PIL import Image
+    image = Image.open(io.BytesIO(data))
+    out = io.BytesIO()
+    image.convert("RGB").quantize(256).save(out, format="PNG", optimize=True)
+    return out.getvalue() if out.tell() < len(data) else data
+
+
+def _commit(root: str) -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                          text=True).stdout.strip()
 
 
 def render(notebooks: list[str], note: str) -> str:
@@ -66,10 +166,10 @@ def render(notebooks: list[str], note: str) -> str:
     for nb in notebooks:
         shutil.copy(nb, book)
     names = [os.path.splitext(os.path.basename(nb))[0] for nb in notebooks]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    commit = _commit(ROOT)
     with open(os.path.join(book, "intro.md"), "w") as f:
         f.write(f"# agentgym-nb\n\nMulti-turn RL for LLM agents, lesson by lesson: {note}, built {time.strftime('%Y-%m-%d')} "
-                f"from commit {commit.strip()}. The project's README and docs/results.md have the measured results.\n\n"
+                f"from commit {commit}. The project's README and docs/results.md have the measured results.\n\n"
                 + "".join(f"- [{n}]({n}.ipynb)\n" for n in names))
     with open(os.path.join(book, "_toc.yml"), "w") as f:
         f.write("format: jb-book\nroot: intro\nchapters:\n" + "".join(f"- file: {n}\n" for n in names))
@@ -100,8 +200,7 @@ def copy_figures(preset: str, executed: list[str]) -> list[str]:
 def record_figure(path: str, name: str, about: str, preset: str, commit: str | None = None) -> None:
     """Copy one figure to docs/figures/`name` and list it in docs/figures/README.md with the commit (this checkout's
     unless given), date and preset of the run that drew it (bench/demo_from_clone.sh records make demo's too)."""
-    commit = commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                      text=True).stdout.strip()
+    commit = commit or _commit(ROOT)
     target = os.path.join(ROOT, "docs", "figures")
     os.makedirs(target, exist_ok=True)
     shutil.copy(path, os.path.join(target, name))
@@ -123,9 +222,20 @@ def main() -> None:
     ap.add_argument("--no-execute", action="store_true", help="render the committed notebooks without running them")
     ap.add_argument("--fresh", action="store_true", help="execute again even where an executed copy exists")
     ap.add_argument("--figures", action="store_true", help="copy the run's key figures to docs/figures/")
+    ap.add_argument("--check", action="store_true", help="list rendered lessons older than their notebooks; exit 1 "
+                                                         "if there are any")
     args = ap.parse_args()
+    if args.check:
+        stale = stale_renders()
+        print("\n".join(stale) or "book: every rendered lesson is of its notebook's current source")
+        sys.exit(1 if stale else 0)
     notebooks = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
     executed = notebooks if args.no_execute else [execute(nb, args.preset, args.fresh) for nb in notebooks]
+    if not args.no_execute:
+        for nb, done in zip(notebooks, executed):
+            with open(done + ".json") as f:
+                seconds = json.load(f)["seconds"]
+            print(f"book: {os.path.relpath(render_lesson(done, nb, preset=args.preset, seconds=seconds), ROOT)}")
     html = render(executed, "the notebooks as committed, not executed" if args.no_execute
                   else f"every notebook executed at the {args.preset} preset")
     print(f"book: {os.path.relpath(os.path.join(html, 'intro.html'), ROOT)}")

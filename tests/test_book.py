@@ -1,10 +1,16 @@
-"""make book's renderer: Jupyter Book turns the notebooks into a static site (here the committed ones, unexecuted:
-the notebooks' execution is what `pytest --nbmake` tests)."""
+"""make book's renderers: Jupyter Book turns the notebooks into a static site (here the committed ones, unexecuted:
+the notebooks' execution is what `pytest --nbmake` tests), and each executed lesson becomes markdown that GitHub
+shows (docs/lessons/), stamped with what made it so that a changed notebook is noticed."""
 import glob
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import time
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -20,3 +26,55 @@ def test_the_book_renders_every_notebook_as_a_page():
         assert os.path.exists(page), page
         assert title.split(" · ")[1].split(":")[0] in open(page).read(), f"{page} lacks its title {title!r}"
     assert "the notebooks as committed, not executed" in open(os.path.join(html, "intro.html")).read()
+
+
+def _book():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("book", os.path.join(ROOT, "scripts", "book.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_rendered_lesson_is_of_its_notebooks_current_source_and_linked_from_the_readme():
+    book = _book()
+    assert book.stale_renders() == []
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    for path in sorted(glob.glob(os.path.join(ROOT, "docs", "lessons", "*.md"))):
+        if os.path.basename(path) != "README.md":
+            assert f"(docs/lessons/{os.path.basename(path)})" in readme, f"README's notebook table lacks {path}"
+
+
+@pytest.mark.slow
+def test_a_rendered_lesson_records_where_it_came_from_and_goes_stale_when_its_notebook_changes(tmp_path):
+    """Lesson 00b (seconds, no model) executed at the smoke preset and rendered into a scratch copy of the layout:
+    markdown with its figures and its exercise's tick, a first line saying what made it, and a check that notices
+    when the notebook changes or goes."""
+    book = _book()
+    lesson = "00b_rl_in_one_page"
+    (tmp_path / "notebooks").mkdir()
+    notebook = tmp_path / "notebooks" / f"{lesson}.ipynb"
+    shutil.copy(os.path.join(ROOT, "notebooks", f"{lesson}.ipynb"), notebook)
+    executed = book.execute(str(notebook), "smoke", fresh=True, build=str(tmp_path / "build"))
+    seconds = json.load(open(executed + ".json"))["seconds"]
+    lessons = tmp_path / "docs" / "lessons"
+    out = book.render_lesson(executed, str(notebook), str(lessons), preset="smoke", seconds=seconds, root=str(tmp_path))
+    made = book.rendered(out)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    assert made == {"notebook": f"notebooks/{lesson}.ipynb", "source_sha256": book.source_hash(str(notebook)),
+                    "commit": commit.stdout.strip(), "date": time.strftime("%Y-%m-%d"), "machine": book.machine(),
+                    "preset": "smoke", "seconds": seconds}
+    text = open(out).read()
+    figures = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", text)
+    assert len(figures) >= 2 and all((lessons / f).exists() for f in figures), figures
+    assert sum((lessons / f).stat().st_size for f in figures) < 1_000_000
+    assert "✓ pass@k" in text and "(the reference solution, AGENTGYM_NB_SOLUTIONS=1)" in text
+    assert "# 00b · RL for LLM agents in one page" in text
+    assert book.stale_renders(str(lessons), str(tmp_path)) == []
+    nb = json.load(open(notebook))
+    nb["cells"][0]["source"].append("\nA sentence added after the render.")
+    json.dump(nb, open(notebook, "w"))
+    [stale] = book.stale_renders(str(lessons), str(tmp_path))
+    assert f"notebooks/{lesson}.ipynb changed since it was rendered" in stale
+    notebook.unlink()
+    assert "no longer exists" in book.stale_renders(str(lessons), str(tmp_path))[0]
