@@ -317,3 +317,17 @@ def test_check_function_on_cases(capsys):
     assert "not answered yet" in capsys.readouterr().out
     with pytest.raises(AssertionError, match="addition, b: expected 2, got 1"):
         exercises.check_function("addition", lambda a, b: max(a, b) if a == b else a + b, cases)
+
+
+@pytest.mark.slow
+def test_run_all_in_a_kernel_of_your_own_ticks_no_blank_answer(tmp_path, monkeypatch):
+    """Lesson 00b run top to bottom as a learner's kernel runs it (no AGENTGYM_NB_SOLUTIONS): it finishes, and its
+    exercise says it is not answered yet instead of printing a tick."""
+    import papermill
+    monkeypatch.delenv(exercises.SOLUTIONS_ENV, raising=False)
+    monkeypatch.setenv("AGENTGYM_NB_PRESET", "smoke")
+    out = tmp_path / "00b.ipynb"
+    papermill.execute_notebook(str(ROOT / "notebooks" / "00b_rl_in_one_page.ipynb"), str(out), progress_bar=False)
+    text = "".join("".join(o.get("text", "")) for c in json.load(open(out))["cells"] if c["cell_type"] == "code"
+                   for o in c["outputs"])
+    assert "pass@k: not answered yet" in text and "✓" not in text
