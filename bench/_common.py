@@ -37,6 +37,17 @@ def commit() -> str:
         return "unknown"
 
 
+def priority() -> dict:
+    """This process's nice value and its autogroup's (None without autogroup scheduling): on a shared machine a
+    benchmark may run ahead of the other work (a negative autogroup nice), and its report should say so."""
+    try:
+        with open("/proc/self/autogroup") as f:
+            autogroup = int(f.read().split("nice")[1])
+    except (OSError, IndexError, ValueError):
+        autogroup = None
+    return {"nice": os.nice(0), "autogroup_nice": autogroup}
+
+
 def _cpuinfo(field: str) -> str:
     try:
         with open("/proc/cpuinfo") as f:

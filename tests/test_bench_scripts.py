@@ -58,6 +58,7 @@ def test_rollout_lockstep_plays_the_runners_episodes_in_lockstep(nano_dir, tmp_p
                   tmp_path / "lockstep.json", "rollout_lockstep.json")
     check_where(r)
     assert r["params"]["preset"] == "smoke" and r["loadavg_before"] and r["loadavg_after"]
+    assert r["priority"]["nice"] == os.nice(0) and r["priority"]["autogroup_nice"] in (None, *range(-20, 20))
     slow = r["results"]["babyai-slow"]
     assert list(r["results"]) == ["babyai-slow"] and slow["episodes"] == 4 == len(slow["items"]) * slow["setting"]["n"]
     assert slow["setting"]["max_rounds"] == 2 and slow["setting"]["model_dir"] == nano_dir
