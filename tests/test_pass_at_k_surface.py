@@ -72,3 +72,20 @@ def test_a_measured_surface_plays_the_same_episodes_at_every_horizon(tmp_path, h
             assert r["success"] <= episodes[long][e]["success"]
     for row, cis in zip(s["pass@k"], s["ci"]):
         assert row == sorted(row) and all(lo - 1e-12 <= v <= hi + 1e-12 for v, (lo, hi) in zip(row, cis))
+
+
+def test_the_surface_figure_draws_one_line_per_horizon_with_its_numbers():
+    import matplotlib
+    matplotlib.use("Agg")
+    from agentgym_nb.viz.study import plot_pass_at_k_surface, surface_lines
+    s = pass_at_k_surface(OUTCOMES)
+    lines = surface_lines(s)
+    assert [x["horizon"] for x in lines] == ["T = 2", "T = 4"]
+    assert lines[1]["mean"] == s["pass@k"][1] and lines[1]["lo"] == [c[0] for c in s["ci"][1]]
+    fig = plot_pass_at_k_surface({"policy a": s, "policy b": s})
+    drawn = [line for line in fig.axes[0].get_lines() if line.get_label().startswith("T = ")]
+    assert [line.get_label() for line in drawn] == ["T = 2", "T = 4"] and len(fig.axes) == 2
+    assert list(drawn[1].get_ydata()) == pytest.approx([3 / 8, 2 / 3, 7 / 8, 1])
+    assert "2 tasks x 4 samples" in fig.axes[0].get_title()
+    with pytest.raises(ValueError, match="no pass@"):
+        plot_pass_at_k_surface({})

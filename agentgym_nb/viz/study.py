@@ -1,12 +1,16 @@
-"""Figures of the horizon study (`bench/horizon.py`, `bench/results/horizon.json`): held-out success over training
-with 95% bands across seeds per arm, a forest plot of the paired differences, and success against the evaluation
-horizon. Each figure has a pure function beside it that computes what it draws, so the numbers can be checked.
+"""Figures of the horizon study (`bench/horizon.py`; its reports `bench/results/horizon.json`, the study of
+2026-11-25/26, and `bench/results/horizon_study.json`, the study from the committed start weights): held-out success
+over training with 95% bands across seeds per arm, a forest plot of the paired differences, success against the
+evaluation horizon, and pass@(k, T) surfaces. Each figure has a pure function beside it that computes what it draws,
+so the numbers can be checked.
 
     block = load_study()                       # one study of bench/results/horizon.json (the main one by default)
     plot_heldout_curves(block, ARM_GROUPS["horizon schedules, GRPO"])   # success at H = 20 over steps (or tokens)
     plot_forest(block, point="steps")          # arm minus arm, paired by seed and by item
     plot_eval_horizons(block, point="steps")   # success at 0.5x, 1x and 2x the horizon each arm trained at
     plot_lr_sweep(load_studies())              # the collapse regime: the same arms and seed at each learning rate
+    plot_pass_at_k_surface(surface)            # pass@k against k, one line per evaluation horizon T (any policy:
+                                               # agentgym_nb.evaluate.horizon_surface; a study arm: study_surfaces)
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ ARM_GROUPS = {"horizon schedules, GRPO": ["fixed6", "fixed20", "stepwise", "adap
               "GRPO against REINFORCE++": ["fixed20", "fixed20-rpp", "stepwise", "stepwise-rpp"],
               "episodes cut by the horizon, fixed H = 20": ["fixed20", "fixed20-cut-baseline", "fixed20-cut-discount"]}
 MAIN_STUDY = "cpu-lr0.0003-steps60-n4"
+STUDY_RESULT = os.path.join(os.path.dirname(RESULT), "horizon_study.json")   # the runs from the committed start
 
 
 def load_studies(path: str = RESULT) -> dict[str, dict]:
@@ -242,3 +247,53 @@ def plot_lr_sweep(studies: dict[str, dict], arms: tuple[str, ...] = ("fixed20", 
     finish(left, title=f"held-out success, seed {seed}")
     return finish(right, title=f"KL per training step, seed {seed}", path=path)
 
+
+
+# ------------------------------------------------------------------------------------------------ pass@(k, T)
+
+def surface_lines(surface: dict) -> list[dict]:
+    """One line per evaluation horizon of a pass@(k, T) surface (`agentgym_nb.evaluate.horizon_surface`, or a study
+    arm's `study_surfaces`): {"horizon": its label, "k", "mean", "lo", "hi"}; an integer horizon reads "T = 10"."""
+    return [{"horizon": h if isinstance(h, str) else f"T = {h}", "k": list(surface["k"]), "mean": list(row),
+             "lo": [c[0] for c in cis], "hi": [c[1] for c in cis]}
+            for h, row, cis in zip(surface["horizons"], surface["pass@k"], surface["ci"])]
+
+
+def study_surfaces(block: dict, arms: list[str] | None = None) -> dict[str, dict]:
+    """{arm label: the arm's pass@(k, T) surface over its seeds} for the arms of a study block that have one (the
+    report's `arms[arm]["surface"]`: horizons relative to the one each policy trained at, intervals over seeds)."""
+    return {f"{ARM_LABELS.get(arm, arm)} ({seeds_label(row['surface']['seeds'])})": row["surface"]
+            for arm, row in block["arms"].items() if "surface" in row and (arms is None or arm in arms)}
+
+
+def plot_pass_at_k_surface(surfaces: dict, *, path: str | None = None, title: str = ""):
+    """pass@k against k (log scale), one line per evaluation horizon T with its 95% band, one panel per policy:
+    `surfaces` is one surface or {label: surface}. Reading across the lines at k = 1 gives success against T (does
+    a policy trained at H use 2H turns?), along a line what more samples buy at that horizon."""
+    if "pass@k" in surfaces:
+        surfaces = {"": surfaces}
+    if not surfaces:
+        raise ValueError("no pass@(k, T) surface to draw: measure one with agentgym_nb.evaluate.horizon_surface, or "
+                         "run bench/horizon.py with --surface-items")
+    fig, axes = plt.subplots(1, len(surfaces), figsize=(5.2 * len(surfaces), 4), sharey=True, squeeze=False,
+                             constrained_layout=True)
+    for ax, (label, surface) in zip(axes[0], surfaces.items()):
+        lines = surface_lines(surface)
+        colors = plt.cm.viridis(np.linspace(0.1, 0.85, len(lines)))
+        for line, color in zip(lines, colors):
+            ax.plot(line["k"], line["mean"], marker="o", ms=3, color=color, label=line["horizon"])
+            ax.fill_between(line["k"], line["lo"], line["hi"], color=color, alpha=0.15, lw=0)
+        ax.set_xscale("log", base=2)
+        ticks = sorted({k for k in surface["k"] if k & (k - 1) == 0} | {surface["k"][-1]})   # powers of 2, last k
+        ax.set_xticks(ticks, [str(k) for k in ticks])
+        ax.minorticks_off()
+        ax.set_ylim(0, min(1.0, max(0.05, 1.1 * max(max(line["hi"]) for line in lines))))
+        ax.set_xlabel("k (samples per task)")
+        what = f"{surface['items']} tasks x {surface['n']} samples"
+        finish(ax, title=f"{label}\n{what}" if label else what)
+    axes[0][0].set_ylabel("pass@k")
+    if title:
+        fig.suptitle(title)
+    if path:
+        fig.savefig(path, dpi=110)
+    return fig
