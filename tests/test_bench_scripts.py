@@ -1,7 +1,8 @@
 """Every bench/ script run at a tiny setting, the way a user runs it (its own process, its command line), writing its
 JSON where the test says and never over the committed bench/results/; then the shape of that JSON: its keys, types,
 lengths and the relations its numbers must keep. bench/horizon.py and bench/algorithms.py have tests of their own
-(test_bench_horizon.py, test_bench_algorithms.py); engine_speed.py and train_speed.py are not run here."""
+(test_bench_horizon.py, test_bench_algorithms.py); engine_speed.py and train_speed.py run at smoke sizes inside
+scripts/gpu_check.py's own test (test_gpu_check.py), which reads their JSON."""
 import ast
 import datetime
 import inspect
