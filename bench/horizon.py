@@ -845,7 +845,8 @@ def stepwise_fewer_tokens(runs: dict, resamples: int = 2000) -> dict:
                else "reproduced" if hi < 0 and not stayed_below else "not reproduced" if lo > 0 else "inconclusive")
     return _judged(claim, rule, verdict, target_success=target, per_seed=per_seed,
                    tokens_ratio_stepwise_over_fixed20=[math.exp(x) for x in (m, lo, hi)] if logs else None,
-                   tokens_ratio_ci95_items=tokens_ratio_items_ci(fixed, stepwise, resamples) if len(logs) > 1 else None,
+                   ci95_items_of_the_tokens_ratio=(tokens_ratio_items_ci(fixed, stepwise, resamples)
+                                                   if len(logs) > 1 else None),
                    stepwise_stayed_below_target=stayed_below)
 
 

@@ -113,7 +113,7 @@ def test_stepwise_needs_fewer_tokens_by_the_ratio_of_tokens_to_a_target():
     assert [(x["stepwise_tokens"], x["fixed20_tokens"]) for x in v["per_seed"]] == [pytest.approx((350, 1400))] * 3
     assert v["tokens_ratio_stepwise_over_fixed20"] == pytest.approx([0.25] * 3)
     assert v["verdict"] == "reproduced"
-    lo, hi = v["tokens_ratio_ci95_items"]
+    lo, hi = v["ci95_items_of_the_tokens_ratio"]
     assert lo <= 0.25 <= hi and hi < 1
     runs["fixed20", 3], runs["stepwise", 3] = _run(fixed20), _run([0.1, 0.1, 0.1], tokens=500)
     stuck = horizon.stepwise_fewer_tokens(runs, resamples=300)   # seed 3's stepwise never reaches the target
