@@ -326,7 +326,7 @@ def train_one(study: Study, arm: str, seed: int, job: str, budget: int | None = 
             "engine": engine_kind(cfg.engine)}
     if study.device == "cuda":
         import torch
-        made["gpu"] = torch.cuda.get_device_name()
+        made["gpu"] = torch.cuda.get_device_name() if torch.cuda.is_available() else None   # None: a test on a CPU
     done.setdefault("made", []).append(made)
     _write(out_path, done)
 

@@ -380,6 +380,30 @@ def test_a_ctrl_c_stops_the_runs_and_a_stopped_run_resumes_from_its_checkpoint(t
     assert int(resumed.split(" from step ")[1].split()[0]) >= 5 and again["made"][-1]["from_step"] >= 5
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_a_cuda_run_samples_with_the_hf_engine_and_evaluates_in_one_chunk(tmp_path, committed_smoke_start):
+    """One run as the scheduler starts it with --device cuda (here with no GPU visible, so on the CPU): the HF engine,
+    the threads it was given, and each held-out evaluation played as one chunk of every item."""
+    sha = horizon.read_start(committed_smoke_start)["sha256"]
+    cmd = [sys.executable, SCRIPT, "--one", "fixed20", "0", "steps", "--preset", "smoke", "--steps", "1",
+           "--eval-every", "1", "--eval-items", "4", "--start", committed_smoke_start, "--start-sha256", sha,
+           "--device", "cuda", "--threads", "2", "--jobs", "8"]
+    env = {**os.environ, "AGENTGYM_NB_OUTPUTS": str(tmp_path), "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    study = horizon.Study(preset="smoke", steps=1, eval_every=1, eval_items=4, start_sha256=sha, device="cuda",
+                          threads=2)
+    run_dir = tmp_path / "runs" / study.config("fixed20", 0).name
+    record = json.loads((run_dir / "horizon.json").read_text())
+    made = record["made"][-1]
+    assert (made["device"], made["threads"], made["jobs"], made["engine"], made["gpu"]) == ("cuda", 2, 8, "hf", None)
+    assert record["points"]["steps"]["step"] == 1 and json.loads((run_dir / "config.json").read_text())["threads"] == 2
+    from agentgym_nb.evaluate import load_results
+    header, records = load_results(str(run_dir / "evals" / "step00001-h2.jsonl"))
+    assert header["chunk_items"] == 4 and {r["chunk"] for r in records} == {0} and len(records) == 4
+
+
 def test_the_study_cost_counts_each_run_to_its_furthest_budget_point_and_every_evaluation():
     runs = {("stepwise", 0): {"points": {"steps": {"train_seconds": 3600.0}, "tokens": {"train_seconds": 5400.0}},
                               "evals": {"0/20": {"seconds": 900.0}, "60/20": {"seconds": 900.0}},
