@@ -113,12 +113,15 @@ RULES = {
 # of at most 9 minutes on one H100 and 16 cores; each call runs 4 seeds whole (a second machine has no run folders,
 # so no run is split between calls) and brings back the report it has written after every finished run.
 GPU_TARGET = {
-    "calls": ["timeout 530 python bench/horizon.py --device cuda --jobs 16 --seeds 0 1 2 3 --arms fixed6 fixed20 "
-              "stepwise adaptive --tokens-arms stepwise --out $OUT/horizon_study.json",
-              "the same with --seeds 4 5 6 7, after copying the first call's report to bench/results/"],
-    "before_each": "cp bench/results/horizon_study.json $OUT/ (the study so far); install the project's wheels "
-                   "(bench/README.md); PYTHONUNBUFFERED=1",
-    "after": "copy $OUT/horizon_study.json to bench/results/ and commit it",
+    "calls": ["bash bench/horizon_gpu.sh 0 1 2 3", "bash bench/horizon_gpu.sh 4 5 6 7"],
+    "each_call": "timeout 530 python3 bench/horizon.py --device cuda --jobs 16 --seeds S S S S --arms fixed6 fixed20 "
+                 "stepwise adaptive --tokens-arms stepwise --out $OUT/horizon_study.json, after the wheels a bare "
+                 "machine lacks (.whl/, carried) are installed and the committed report copied to $OUT",
+    "between_calls": "copy the returned horizon_study.json to bench/results/ (the second call continues it), and "
+                     "commit it after each",
+    "estimate": "7-12 minutes a call, not measured: the longest chain is fixed 20 (60 steps, 9 evaluations) then "
+                "stepwise's equal-tokens phase (about 20 steps, 4 evaluations); 9 minutes hold if a fixed-20 step "
+                "takes at most about 4 s with 16 runs on the card (bench/README.md has the arithmetic)",
 }
 
 
