@@ -865,7 +865,7 @@ def tokens_ratio_items_ci(fixed: dict, stepwise: dict, resamples: int) -> list[f
     the seed), the target recomputed from fixed 20's resampled finals, the ratio per seed where both curves reach it,
     their geometric mean over seeds; the 2.5% and 97.5% quantiles over resamples (those where no seed has a ratio
     are left out)."""
-    from agentgym_nb.metrics import bootstrap_weights
+    from agentgym_nb.evaluate import bootstrap_weights
     curves, finals = {}, []
     for seed, run in fixed.items():
         ids = sorted(point_eval(run, "steps")["items"])
