@@ -1,6 +1,7 @@
 """JupyterLab, the suite's first interface: `jupyter lab` from .venv serves the notebooks, and in real Chromium
 (Playwright) notebook 01 runs top to bottom at the smoke preset and draws its ipywidgets replay viewer and its
-token-mask view. A screenshot is kept as evidence (outputs/runs/lab-test/notebook01.png)."""
+token-mask view, and its exercise, left blank, says so without a tick (a learner's Run All: no reference solutions).
+A screenshot is kept as evidence (outputs/runs/lab-test/notebook01.png)."""
 import os
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ import pytest
 import requests
 
 from agentgym_nb.envs.http import free_ports
+from agentgym_nb.exercises import SOLUTIONS_ENV
 from agentgym_nb.paths import default_outputs_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.timeout(600)]   # Debian's chromium: make install
@@ -28,7 +30,8 @@ def lab(tmp_path_factory):
                              "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.root_dir={root}",
                              "--LabApp.expose_app_in_browser=True", "--allow-root",    # CI runs as root
                              "--ServerApp.port_retries=0"],   # a taken port is an exit with its log, not another port
-                            env={**os.environ, "AGENTGYM_NB_PRESET": "smoke"}, cwd=ROOT,
+                            env={**{k: v for k, v in os.environ.items() if k != SOLUTIONS_ENV},   # a learner's kernel
+                                 "AGENTGYM_NB_PRESET": "smoke"}, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=open(log_path, "w"))
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
@@ -80,6 +83,14 @@ def test_notebook_01_runs_in_jupyterlab_and_draws_its_widgets(lab):
             assert page.get_by_text("Error displaying widget").count() == 0
             assert page.locator(".jupyter-widgets button", has_text="next turn").count() >= 1   # the replay viewer
             assert page.locator("span.tok[data-kind]").count() > 50                              # the token-mask view
+            # the exercise's check cell, read from the notebook's model (JupyterLab may not render cells out of view)
+            [said] = page.evaluate(
+                "() => window.jupyterapp.shell.currentWidget.content.widgets"
+                ".filter(c => c.model.type === 'code' && c.model.sharedModel.getSource().includes('check_function'))"
+                ".map(c => c.model.outputs.toJSON().map(o => [].concat(o.text || '').join('')).join(''))")
+            for what in ("trained tokens", "turn k's first sampled id"):
+                assert f"{what}: not answered yet" in said, said
+            assert "✓" not in said and "reference solution" not in said, said
         finally:
             browser.close()
     assert os.path.getsize(shot) > 10_000
