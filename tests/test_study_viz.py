@@ -1,4 +1,6 @@
 """The horizon study's figures compute what they draw from the report's study block (hand-made here)."""
+import json
+
 import matplotlib
 import pytest
 
@@ -103,7 +105,7 @@ def test_the_equal_tokens_end_is_read_at_each_seeds_own_step():
     assert len(diamonds) == 1 and list(diamonds[0].get_xdata()) == [380] and list(diamonds[0].get_ydata()) == [0.4]
 
 
-def test_the_lr_sweep_reads_each_learning_rate_of_the_same_study():
+def sweep_studies():
     def study_block(lr, runs, steps=60):
         return {"lr": lr, "settings": {"lr": lr, "steps": steps, "preset": "cpu"}, "runs": runs}
 
@@ -121,6 +123,11 @@ def test_the_lr_sweep_reads_each_learning_rate_of_the_same_study():
         "cpu-lr0.001-steps30-n4": study_block(1e-3, {"fixed20/s0": run("fixed20", [(0, 0.5)], [20], [0.0])},
                                               steps=30),   # another budget: not part of the sweep
     }
+    return studies
+
+
+def test_the_lr_sweep_reads_each_learning_rate_of_the_same_study():
+    studies = sweep_studies()
     rows = study.lr_sweep_runs(studies)
     assert [(r["lr"], r["arm"]) for r in rows] == [(3e-4, "fixed20"), (1e-3, "fixed20"), (1e-3, "stepwise")]
     assert rows[1]["heldout"] == [(0, 0.06), (10, 0.01)] and rows[1]["kl"][-1] == (3, 2.0)
@@ -131,3 +138,50 @@ def test_the_lr_sweep_reads_each_learning_rate_of_the_same_study():
     assert kl["fixed H = 20, lr 0.001"] == pytest.approx([0.5, 1.25])
     with pytest.raises(KeyError, match="no run of fixed20 with seed 5"):
         study.plot_lr_sweep(studies, arms=("fixed20",), seed=5)
+
+
+def test_the_lr_sweep_table_by_hand():
+    rows = study.lr_sweep_table(sweep_studies())
+    assert [(r["arm"], r["lr"]) for r in rows] == [("fixed H = 20", "0.0003"), ("fixed H = 20", "0.001"),
+                                                   ("stepwise 6 -> 13 -> 20", "0.001")]
+    # steps 1-3 of a 60-step study all fall in its first third: (step - 1) * 3 // 60 = 0
+    assert rows[1] == {"arm": "fixed H = 20", "lr": "0.001", "steps": 10,
+                       "held-out: start -> peak -> end": "0.060 -> 0.060 -> 0.010",
+                       "mean KL, each third of training": "0.83 / - / -", "largest KL": 2.0}
+
+
+def test_each_verdict_with_its_rule_and_numbers():
+    diff = {"seeds": [0, 1, 2], "mean": 0.02, "ci95_seeds": [-0.011, 0.051], "ci95_items": [0.004, 0.036]}
+    b = {"verdicts": {
+        "fixed_long_unstable": {"claim": "fixed long is unstable", "rule": "a fall of 10 points", "verdict":
+                                "not reproduced", "fixed20_peak_minus_final": diff, "per_seed": [{"seed": 0}]},
+        "stepwise_fewer_tokens": {"claim": "fewer tokens", "rule": "a ratio below 1", "verdict": "inconclusive",
+                                  "target_success": 0.10666, "tokens_ratio_stepwise_over_fixed20": [0.72, 0.2, 2.54],
+                                  "ci95_items_of_the_tokens_ratio": [0.32, 1.53], "stepwise_stayed_below_target": [],
+                                  "missing_pairs": ["stepwise - fixed6 @ tokens"]}}}
+    rows = study.verdict_rows(b)
+    assert [r["name"] for r in rows] == ["fixed_long_unstable", "stepwise_fewer_tokens"]
+    assert rows[0] == {"name": "fixed_long_unstable", "claim": "fixed long is unstable", "verdict": "not reproduced",
+                       "rule": "a fall of 10 points", "numbers": "fixed20 peak minus final: +0.020 [-0.011, +0.051] "
+                                                                 "over 3 seeds, [+0.004, +0.036] over items"}
+    assert rows[1]["numbers"] == ("target success: 0.107; tokens ratio stepwise over fixed20: 0.72 [0.20, 2.54]; ci95 "
+                                  "items of the tokens ratio: [0.32, 1.53]; missing pairs: stepwise - fixed6 @ tokens")
+    assert [r["name"] for r in study.verdict_rows(b, ["stepwise_fewer_tokens"])] == ["stepwise_fewer_tokens"]
+    with pytest.raises(KeyError, match="judges no claim \\['fixed_long_unstable_fixed_short_plateaus'\\]"):
+        study.verdict_rows(b, ["fixed_long_unstable_fixed_short_plateaus"])
+
+
+def test_the_committed_report_judges_the_two_fixed_horizon_claims_apart():
+    rows = study.verdict_rows(study.load_study(path=study.RESULT), ["fixed_long_unstable", "fixed_short_plateaus"])
+    assert all(r["verdict"] in ("reproduced", "not reproduced", "inconclusive") and r["rule"] and r["numbers"]
+               for r in rows)
+
+
+def test_the_default_report_is_the_study_from_the_committed_start_once_it_holds_a_run(tmp_path, monkeypatch):
+    path = tmp_path / "horizon_study.json"
+    monkeypatch.setattr(study, "STUDY_RESULT", str(path))
+    assert study.default_report() == study.RESULT                  # not there yet
+    path.write_text(json.dumps({"studies": {study.MAIN_STUDY: {"runs": {}}}}))
+    assert study.default_report() == study.RESULT                  # there, without a finished run
+    path.write_text(json.dumps({"studies": {study.MAIN_STUDY: {"runs": {"fixed6/s0": {}}}}}))
+    assert study.default_report() == str(path)

@@ -5,6 +5,7 @@ one folder per experiment: a run one of them trained is read back by the others 
 
     cfg = run_config("stepwise", [2, 4, 6], env="babyai", algorithm="rloo", seed=1, steps=40)
     run = train_or_load(cfg)     # {"name", "cfg", "history", "start", "final"}
+    run_dir = policy_run(None, cfg, "my_run")   # a finished run like cfg, whatever its name, or cfg trained here
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from tqdm.auto import tqdm
 
 from ..algos.schedule import SCHEDULES
 from ..config import RunConfig, make_config, parse_list
-from .checkpoint import checkpoint_dir
+from .checkpoint import checkpoint_dir, saved_checkpoints
 from .rl import Trainer
 
 NOT_LEARNING = ("name", "out_dir", "threads")   # settings that do not change what a run learns
@@ -147,6 +148,48 @@ def train_or_load(cfg: RunConfig, *, fresh: bool = False, desc: str | None = Non
     with open(path("eval_start.json")) as f, open(path("eval_final.json")) as g:
         start, final = json.load(f), json.load(g)
     return {"name": cfg.name, "cfg": cfg, "history": history, "start": start, "final": final}
+
+
+def policy_run(given: str | None, cfg: RunConfig, parameter: str, *, fresh: bool = False,
+               train_missing: bool = True) -> str:
+    """The run folder of a trained policy a notebook evaluates: `given` (a run name under outputs/runs, or a folder)
+    when set; else a finished run with cfg's learning settings, whatever its name; else cfg trained here, unless
+    `train_missing` is False. `parameter` names the notebook parameter that sets `given`, for the error messages."""
+    if given:
+        run_dir = given if os.path.isdir(given) else os.path.join(cfg.out_dir, "runs", given)
+        if not saved_checkpoints(run_dir):
+            raise ValueError(f"{parameter}={given!r}: {run_dir} has no checkpoint; name a run under outputs/runs "
+                             f"(e.g. {cfg.name}) or leave {parameter}=None")
+        return run_dir
+    found = None if fresh else identical_finished_run(cfg)
+    if found:
+        return os.path.join(cfg.out_dir, "runs", found)
+    if not train_missing:
+        raise ValueError(f"outputs/runs holds no finished run like {cfg.name}: set {parameter} to a run name, or "
+                         "train_missing=True to train it here")
+    return train_or_load(cfg, fresh=fresh, desc=parameter)["cfg"].run_dir
+
+
+def demo_run(cfg: RunConfig) -> str | None:
+    """`make demo`'s run folder, outputs/runs/demo-<env>, when it holds a finished run (its summary.json and a
+    checkpoint) made at cfg's preset, env, track and model; else None."""
+    run_dir = os.path.join(cfg.out_dir, "runs", f"demo-{cfg.env}")
+    made = os.path.join(run_dir, "config.json")
+    if not (os.path.exists(made) and os.path.exists(os.path.join(run_dir, "summary.json"))
+            and saved_checkpoints(run_dir)):
+        return None
+    with open(made) as f:
+        config = json.load(f)
+    return run_dir if all(config.get(k) == getattr(cfg, k) for k in ("preset", "env", "track", "model")) else None
+
+
+def describe_run(config: dict) -> str:
+    """A run's horizon schedule and estimator, from its config.json: "fixed H=6 (grpo)", "ScalingInter 2->4->6
+    (grpo)", "adaptive 2->4->6 (rloo)". A one-stage ladder is a fixed horizon (`horizon`)."""
+    if config["schedule"] == "fixed" or len(config["rounds"]) == 1:
+        return f"fixed H={config['rounds'][-1]} ({config['algorithm']})"
+    name = "ScalingInter" if config["schedule"] == "stepwise" else config["schedule"]
+    return f"{name} {'->'.join(map(str, config['rounds']))} ({config['algorithm']})"
 
 
 def _write_json(path: str, obj: dict) -> None:

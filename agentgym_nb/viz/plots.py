@@ -79,6 +79,18 @@ def established(lo: float, hi: float, seeds: int) -> int:
     return 1 if lo > 0 else -1 if hi < 0 else 0
 
 
+def seeds_to_establish(mean: float, sd: float) -> float:
+    """The fewest seeds n >= 2 whose 95% t-interval would exclude 0 if the per-seed differences kept this mean and
+    unbiased standard deviation: the smallest n with t_{0.975, n-1} * sd / sqrt(n) < |mean| (`t_interval`'s
+    quantiles; past 31 seeds 1.96, so n = floor((1.96 sd / |mean|)^2) + 1). A mean of 0 never is: math.inf."""
+    if mean == 0:
+        return math.inf
+    for n in range(2, len(T975) + 2):
+        if T975[n - 2] * sd / math.sqrt(n) < abs(mean):
+            return n
+    return max(len(T975) + 2, math.floor((1.96 * sd / abs(mean)) ** 2) + 1)
+
+
 ESTABLISHED_COLORS = {1: "C2", -1: "C3", 0: "C7"}   # green: established above 0; red: below; grey: not established
 
 

@@ -4,7 +4,8 @@ over training with 95% bands across seeds per arm, a forest plot of the paired d
 evaluation horizon, and pass@(k, T) surfaces. Each figure has a pure function beside it that computes what it draws,
 so the numbers can be checked.
 
-    block = load_study()                       # one study of bench/results/horizon.json (the main one by default)
+    block = load_study(path=default_report())  # the main study of the newest report that holds runs
+    verdict_rows(block)                        # each of the paper's claims: its verdict, its rule, its numbers
     plot_heldout_curves(block, ARM_GROUPS["horizon schedules, GRPO"])   # success at H = 20 over steps (or tokens)
     plot_forest(block, point="steps")          # arm minus arm, paired by seed and by item
     plot_eval_horizons(block, point="steps")   # success at 0.5x, 1x and 2x the horizon each arm trained at
@@ -22,8 +23,8 @@ import numpy as np
 
 from .plots import ESTABLISHED_COLORS, established, finish, seeds_label, smooth, t_interval
 
-RESULT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench",
-                      "results", "horizon.json")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the repository
+RESULT = os.path.join(ROOT, "bench", "results", "horizon.json")
 ARM_LABELS = {"fixed6": "fixed H = 6", "fixed20": "fixed H = 20", "stepwise": "stepwise 6 -> 13 -> 20",
               "adaptive": "adaptive 6 -> 13 -> 20", "fixed20-rpp": "fixed H = 20, REINFORCE++",
               "stepwise-rpp": "stepwise, REINFORCE++", "fixed20-cut-baseline": "fixed H = 20, cut out of baseline",
@@ -53,6 +54,16 @@ def load_study(key: str = MAIN_STUDY, path: str = RESULT) -> dict:
     if key not in studies:
         raise KeyError(f"no study {key!r} in {path}; it has {sorted(studies)}")
     return studies[key]
+
+
+def default_report() -> str:
+    """The report a lesson reads: `STUDY_RESULT` (the runs from the committed start weights) once it holds a
+    finished run, else `RESULT` (the study of 2026-11-25/26, re-judged by today's rules)."""
+    if os.path.exists(STUDY_RESULT):
+        with open(STUDY_RESULT) as f:
+            if any(block.get("runs") for block in json.load(f).get("studies", {}).values()):
+                return STUDY_RESULT
+    return RESULT
 
 
 def seeds_of(block: dict, arm: str) -> list[int]:
@@ -219,6 +230,23 @@ def lr_sweep_runs(studies: dict[str, dict], arms: tuple[str, ...] = ("fixed20", 
     return rows
 
 
+def lr_sweep_table(studies: dict[str, dict], arms: tuple[str, ...] = ("fixed20", "stepwise"),
+                   seed: int = 0) -> list[dict]:
+    """One row per run of `lr_sweep_runs`: its arm and learning rate, its last step, held-out success at the start,
+    peak and end, the mean KL over each third of the main study's steps (stepwise: its three horizons) and its
+    largest KL in one step."""
+    steps = studies[MAIN_STUDY]["settings"]["steps"]
+    rows = []
+    for r in lr_sweep_runs(studies, arms, seed):
+        success = [y for _, y in r["heldout"]]
+        thirds = [[k for step, k in r["kl"] if (step - 1) * 3 // steps == i] for i in range(3)]
+        rows.append({"arm": ARM_LABELS.get(r["arm"], r["arm"]), "lr": f"{r['lr']:g}", "steps": r["heldout"][-1][0],
+                     "held-out: start -> peak -> end": f"{success[0]:.3f} -> {max(success):.3f} -> {success[-1]:.3f}",
+                     "mean KL, each third of training": " / ".join(f"{np.mean(t):.2f}" if t else "-" for t in thirds),
+                     "largest KL": round(max(k for _, k in r["kl"]), 2)})
+    return rows
+
+
 def plot_lr_sweep(studies: dict[str, dict], arms: tuple[str, ...] = ("fixed20", "stepwise"), seed: int = 0, *,
                   smooth_window: int = 5, path: str | None = None):
     """Held-out success at H = 20 (left) and the KL to the reference per training step (right, a trailing mean over
@@ -247,6 +275,42 @@ def plot_lr_sweep(studies: dict[str, dict], arms: tuple[str, ...] = ("fixed20", 
     finish(left, title=f"held-out success, seed {seed}")
     return finish(right, title=f"KL per training step, seed {seed}", path=path)
 
+
+
+# ------------------------------------------------------------------------------------------------- the verdicts
+
+def describe_number(key: str, x) -> str | None:
+    """A verdict's number as text: a paired difference with both intervals, a tokens ratio [mean, lo, hi], a list of
+    numbers or of names, or a number; None for what a table cell cannot hold (per-seed records, curves)."""
+    if isinstance(x, dict) and "mean" in x:
+        return (f"{x['mean']:+.3f} [{x['ci95_seeds'][0]:+.3f}, {x['ci95_seeds'][1]:+.3f}] over "
+                f"{seeds_label(len(x['seeds']))}, [{x['ci95_items'][0]:+.3f}, {x['ci95_items'][1]:+.3f}] over items")
+    if key.startswith(("tokens_ratio", "ci95_items_of_the_tokens_ratio")) and x:
+        return f"{x[0]:.2f} [{x[1]:.2f}, {x[2]:.2f}]" if len(x) == 3 else f"[{x[0]:.2f}, {x[1]:.2f}]"
+    if isinstance(x, list) and x and all(isinstance(v, (int, float)) for v in x):
+        return "[" + ", ".join(f"{v:.3f}" for v in x) + "]"
+    if isinstance(x, list) and x and all(isinstance(v, str) for v in x):
+        return ", ".join(x)
+    if isinstance(x, (int, float, str)) and not isinstance(x, bool):
+        return f"{x:.3f}" if isinstance(x, float) else str(x)
+    return None
+
+
+def verdict_rows(block: dict, names: list[str] | None = None) -> list[dict]:
+    """One row per claim the report judged (or those in `names`, in that order): {"name", "claim", "verdict", "rule",
+    "numbers"}: the rule as the report states it, and its numbers as text ("fixed20 peak minus final: +0.020 [-0.011,
+    +0.051] over 4 seeds, ..."). A name the report does not hold is an error that lists those it does."""
+    verdicts = block["verdicts"]
+    missing = [n for n in names or [] if n not in verdicts]
+    if missing:
+        raise KeyError(f"the report judges no claim {missing}; it judges {sorted(verdicts)}")
+    rows = []
+    for name in names or verdicts:
+        v = verdicts[name]
+        shown = {k: describe_number(k, x) for k, x in v.items() if k not in ("verdict", "claim", "rule")}
+        rows.append({"name": name, "claim": v["claim"], "verdict": v["verdict"], "rule": v["rule"],
+                     "numbers": "; ".join(f"{k.replace('_', ' ')}: {x}" for k, x in shown.items() if x is not None)})
+    return rows
 
 
 # ------------------------------------------------------------------------------------------------ pass@(k, T)
