@@ -134,6 +134,119 @@ def check_pass_at_k(fn, n: int, counts: list[int]) -> None:
                  "and k > n")
 
 
+def check_pass_hat_k(fn, n: int, counts: list[int]) -> None:
+    """`fn(n, c, k)` against `evaluate.pass_hat_k` for every k = 1..n at the success counts `counts` (one per task,
+    each out of `n` samples), at the edges (c = 0, c = n, c < k), and for k > n (it must raise ValueError)."""
+    from agentgym_nb.evaluate import pass_at_k, pass_hat_k
+    what = "pass^k"
+    cases = sorted({(n, c, k) for c in counts for k in range(1, n + 1)} | {(n, 0, 1), (n, n, n), (5, 3, 2),
+                                                                             (200, 150, 10)})
+    try:
+        for n_, c, k in cases:
+            got, want = _as_float(_call(fn, n_, c, k), f"{what}(n={n_}, c={c}, k={k})"), pass_hat_k(n_, c, k)
+            if math.isclose(got, want, abs_tol=1e-9):
+                continue
+            where = f"{what}(n={n_}, c={c}, k={k}) should be {want:.6f}, got {got:.6f}"
+            if math.isclose(got, (c / n_) ** k, abs_tol=1e-9):
+                raise AssertionError(f"{where}: that is (c/n)^k, as if the k tries were drawn with replacement from "
+                                     "the n samples (a success could be counted twice). Count the k-subsets of the n "
+                                     "samples that are all successes: C(c, k) of C(n, k)")
+            if math.isclose(got, pass_at_k(n_, c, k), abs_tol=1e-9):
+                raise AssertionError(f"{where}: that is pass@k, the chance that at least one of k tries succeeds; "
+                                     "pass^k is the chance that all k do")
+            if c < k:
+                raise AssertionError(f"{where}: with fewer than k successes among the n samples, no k-subset is all "
+                                     "successes, so pass^k is 0")
+            raise AssertionError(where)
+        try:
+            got = fn(n, 1, n + 1)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(f"{what}(n={n}, c=1, k={n + 1}) returned {got!r}: k tries cannot be chosen from n < k "
+                                 "samples, so pass^k is undefined there; raise ValueError saying so")
+    except NotAnswered:
+        return _not_answered(what, f"fill in the body of {getattr(fn, '__name__', 'the function')} above")
+    return _tick(f"{what}: equal to evaluate.pass_hat_k on {len(counts)} tasks x k = 1..{n}, the edges and k > n")
+
+
+# ------------------------------------------------------------------------------------------- intervals over seeds
+
+def check_t_interval(fn, pairs: dict[str, dict]) -> None:
+    """`fn(differences) -> (lo, hi)`: the 95% t-interval of the mean of per-seed differences, against
+    `viz.plots.t_interval` on every paired difference of a horizon study report (`pairs`: the report's "pairs",
+    each with its per-seed differences) that has two seeds or more."""
+    from agentgym_nb.viz.plots import t_interval
+    what = "the 95% t-interval over seeds"
+    cases = [(name, list(d["per_seed"])) for name, d in pairs.items() if len(d.get("per_seed") or []) >= 2]
+    if not cases:
+        raise ValueError("check_t_interval needs a paired difference over two seeds or more")
+    try:
+        for name, diffs in cases:
+            got = _call(fn, list(diffs))
+            try:
+                lo, hi = (float(x) for x in got)
+            except (TypeError, ValueError):
+                raise AssertionError(f"{what}: return two numbers, (lo, hi); got {got!r}") from None
+            mean, want_lo, want_hi = t_interval(diffs)
+            if math.isclose(lo, want_lo, abs_tol=1e-6) and math.isclose(hi, want_hi, abs_tol=1e-6):
+                continue
+            n, d = len(diffs), np.asarray(diffs, dtype=float)
+            where = (f"{what} of {name} ({n} seeds: {', '.join(f'{x:+.4f}' for x in diffs)}) should be "
+                     f"[{want_lo:+.4f}, {want_hi:+.4f}], got [{lo:+.4f}, {hi:+.4f}]")
+            half = (hi - lo) / 2
+            if not math.isclose((lo + hi) / 2, mean, abs_tol=1e-6):
+                raise AssertionError(f"{where}: the interval is centred on the mean of the differences, "
+                                     f"{mean:+.4f}")
+            for guess, mistake in (
+                    (1.96 * d.std(ddof=1) / math.sqrt(n), "that is the normal quantile 1.96; with a few seeds the "
+                     f"mean's spread is estimated too, so use Student's t with n - 1 = {n - 1} degrees of freedom "
+                     f"({_t975(n - 1)})"),
+                    (_t975(n - 1) * d.std(ddof=0) / math.sqrt(n), "you used the population std (over n); use the "
+                     "unbiased one, over n - 1 (np.std(..., ddof=1))"),
+                    (_t975(n - 1) * d.std(ddof=1), "that is the spread of one seed's difference; the mean's is s / "
+                     "sqrt(n)"),
+                    (_t975(n) * d.std(ddof=1) / math.sqrt(n),
+                     f"that is t with n = {n} degrees of freedom; the mean of n differences has n - 1")):
+                if math.isclose(half, guess, abs_tol=1e-6):
+                    raise AssertionError(f"{where}: {mistake}")
+            raise AssertionError(where)
+    except NotAnswered:
+        return _not_answered(what, f"fill in the body of {getattr(fn, '__name__', 'the function')} above")
+    return _tick(f"{what}: equal to viz.plots.t_interval on the study's {len(cases)} paired differences")
+
+
+def check_seeds_needed(fn, cases: list[tuple[str, float, float]]) -> None:
+    """`fn(mean, sd) -> n`: the fewest seeds whose 95% t-interval would exclude 0 at this mean and standard deviation
+    of the per-seed differences, against `viz.plots.seeds_to_establish` on each (label, mean, sd) case."""
+    from agentgym_nb.viz.plots import seeds_to_establish
+    what = "seeds needed"
+    try:
+        for label, mean, sd in cases:
+            got, want = _call(fn, mean, sd), seeds_to_establish(mean, sd)
+            if got == want:
+                continue
+            where = f"{what} for {label} (mean {mean:+.4f}, sd {sd:.4f}): expected {want}, got {got}"
+            if mean == 0:
+                raise AssertionError(f"{where}: a mean of 0 is never established, however many seeds: return "
+                                     "math.inf")
+            if got == max(2, math.floor((1.96 * sd / abs(mean)) ** 2) + 1):
+                raise AssertionError(f"{where}: you used 1.96 for every n; with n seeds the quantile is Student's t "
+                                     "with n - 1 degrees of freedom (T975[n - 2]), larger for few seeds")
+            if isinstance(got, (int, np.integer)) and 2 <= got < want:
+                half = _t975(got - 1) * sd / math.sqrt(got)
+                raise AssertionError(f"{where}: at n = {got} the half width t * sd / sqrt(n) = {half:.4f} is not below "
+                                     f"|mean| = {abs(mean):.4f}: the interval still reaches 0")
+            if isinstance(got, (int, float, np.number)) and want < got:
+                half = _t975(want - 1) * sd / math.sqrt(want)
+                raise AssertionError(f"{where}: at n = {want} the half width t * sd / sqrt(n) = {half:.4f} is already "
+                                     f"below |mean| = {abs(mean):.4f}: ask for the fewest seeds")
+            raise AssertionError(where)
+    except NotAnswered:
+        return _not_answered(what, f"fill in the body of {getattr(fn, '__name__', 'the function')} above")
+    return _tick(f"{what}: equal to viz.plots.seeds_to_establish on {len(cases)} differences")
+
+
 # --------------------------------------------------------------------------------------- a multi-turn sequence
 
 def turn_record(traj, chat) -> dict:
@@ -361,6 +474,12 @@ def _call(fn, *args):
     if out is None or out is Ellipsis:
         raise NotAnswered
     return out
+
+
+def _t975(dof: int) -> float:
+    """Student's t two-sided 95% quantile with `dof` degrees of freedom (`viz.plots.T975`; past 30: 1.96)."""
+    from agentgym_nb.viz.plots import T975
+    return T975[dof - 1] if 1 <= dof <= len(T975) else 1.96
 
 
 def _as_float(x, what: str) -> float:

@@ -38,15 +38,17 @@ KEY_FIGURES = {
                          "notebook 05: a ScalingInter-RL run on BabyAI's long track, step by step")],
     "04_fixed_horizon": [("fixed-horizon-babyai-long-{preset}/figures/verdicts.png", "fixed_horizon_verdicts.png",
                           "notebook 04: fixed H = 6 and H = 20, held-out success and the plateau / collapse tests")],
-    "06_ablations": [("ablations-babyai-{preset}/figures/horizon_study_curves.png", "horizon_study_curves.png",
+    "06_ablations": [("horizon-study-{preset}/figures/horizon_study_curves.png", "horizon_study_curves.png",
                       "notebook 06: the horizon study's held-out curves, 95% bands over seeds"),
-                     ("ablations-babyai-{preset}/figures/horizon_study_forest_steps.png",
+                     ("horizon-study-{preset}/figures/horizon_study_forest_steps.png",
                       "horizon_study_forest_steps.png", "notebook 06: the horizon study's paired differences"),
-                     ("ablations-babyai-{preset}/figures/horizon_study_lr_sweep.png", "horizon_study_lr_sweep.png",
+                     ("horizon-study-{preset}/figures/horizon_study_lr_sweep.png", "horizon_study_lr_sweep.png",
                       "notebook 06: the collapse regime, held-out success and KL of fixed 20 and stepwise at each "
                       "learning rate")],
     "07_pass_at_k": [("pass-at-k-babyai-{preset}/figures/pass_at_k.png", "pass_at_k.png",
-                      "notebook 07: pass@k and pass^k of the start and two trained policies")],
+                      "notebook 07: pass@k and pass^k of the start and two trained policies"),
+                     ("pass-at-k-babyai-{preset}/figures/pass_at_k_surface.png", "pass_at_k_surface.png",
+                      "notebook 07: pass@(k, T) of one trained policy at 0.5x, 1x and 2x the horizon it trained at")],
 }
 
 

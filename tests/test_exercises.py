@@ -16,8 +16,6 @@ from agentgym_nb.exercises import check
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-# lessons whose solutions are still a cell of the lesson that fills in answers left at None
-SOLUTION_CELLS_IN_LESSON = {"06_ablations", "07_pass_at_k"}
 
 
 def solution(lesson: str, name: str):
@@ -63,7 +61,7 @@ def _lesson(path: Path) -> tuple[list[str], str]:
     return ["".join(c["source"]) for c in cells], path.stem
 
 
-@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem not in SOLUTION_CELLS_IN_LESSON], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_a_lesson_holds_blank_answers_and_its_solutions_live_in_notebooks_solutions(path):
     sources, lesson = _lesson(path)
     assert not any(s.lstrip().startswith("# solution") for s in sources), "a solution cell sits in the lesson"
@@ -92,30 +90,6 @@ def test_a_lesson_holds_blank_answers_and_its_solutions_live_in_notebooks_soluti
             assert isinstance(node.value, ast.Constant) and node.value.value is None, f"{name} is not None"
 
 
-@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem in SOLUTION_CELLS_IN_LESSON], ids=lambda p: p.stem)
-def test_a_solution_cell_still_in_a_lesson_fills_in_only_the_answers_still_none(path):
-    cells = [c for c in json.load(open(path))["cells"] if c["cell_type"] == "code"]
-    seen = 0
-    for before, cell in zip(cells, cells[1:]):
-        source = "".join(cell["source"])
-        if not source.lstrip().startswith("# solution"):
-            continue
-        seen += 1
-        answers = {t.id for node in ast.parse("".join(before["source"])).body if isinstance(node, ast.Assign)
-                   and isinstance(node.value, ast.Constant) and node.value.value is None for t in node.targets}
-        assert answers, f"{path.name}: the cell before a solution holds the answers, each `= None`"
-        guarded = set()
-        for node in ast.parse(source).body:
-            if isinstance(node, ast.Assign):
-                names = {t.id for t in node.targets if isinstance(t, ast.Name)}
-                assert not names & answers, f"{path.name}: the solution overwrites {names & answers}"
-            elif isinstance(node, ast.If):
-                assert isinstance(node.test, ast.Compare) and isinstance(node.test.ops[0], ast.Is)
-                guarded.add(node.test.left.id)
-        assert guarded == answers, f"{path.name}: answers {answers}, filled in under `is None`: {guarded}"
-    assert seen >= 1
-
-
 def test_there_are_five_exercises_where_the_learner_writes_code():
     coded = {lesson: [n for n in exercises.load_solutions(lesson).__all__
                       if callable(getattr(exercises.load_solutions(lesson), n))]
@@ -138,6 +112,83 @@ def test_pass_at_k_checker(capsys):
                                   8, counts)
     exercises.check_pass_at_k(solution("00b_rl_in_one_page", "my_pass_at_k"), 8, counts)
     assert "✓ pass@k" in capsys.readouterr().out
+
+
+def test_pass_hat_k_checker(capsys):
+    counts = [0, 1, 3, 8]   # successes of 4 tasks, 8 samples each
+    exercises.check_pass_hat_k(lambda n, c, k: None, 8, counts)
+    assert "not answered yet" in capsys.readouterr().out
+    with pytest.raises(AssertionError, match="that is \\(c/n\\)\\^k, as if the k tries were drawn with replacement"):
+        exercises.check_pass_hat_k(lambda n, c, k: (c / n) ** k, 8, counts)
+    with pytest.raises(AssertionError, match="that is pass@k"):
+        exercises.check_pass_hat_k(lambda n, c, k: 1 - math.comb(n - c, k) / math.comb(n, k), 8, counts)
+    with pytest.raises(AssertionError, match="raise ValueError"):
+        exercises.check_pass_hat_k(lambda n, c, k: math.comb(c, k) / math.comb(n, k) if k <= n else 0.0, 8, counts)
+    exercises.check_pass_hat_k(solution("07_pass_at_k", "my_pass_hat_k"), 8, counts)
+    assert "✓ pass^k" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------- intervals over seeds
+
+def _study_pairs():
+    from agentgym_nb.viz import study
+    return study.load_study(path=study.RESULT)["pairs"]
+
+
+def test_t_interval_checker_on_the_committed_study(capsys):
+    pairs = _study_pairs()
+    exercises.check_t_interval(lambda d: None, pairs)
+    assert "not answered yet" in capsys.readouterr().out
+
+    def interval(quantile, ddof=1, root=True):
+        def fn(d):
+            d = np.asarray(d)
+            half = quantile(len(d)) * d.std(ddof=ddof) / (np.sqrt(len(d)) if root else 1)
+            return d.mean() - half, d.mean() + half
+        return fn
+
+    t = lambda n: [12.706, 4.303, 3.182, 2.776, 2.571][n - 2]   # noqa: E731  (n seeds: n - 1 degrees of freedom)
+    for wrong, message in ((interval(lambda n: 1.96), "normal quantile 1.96"),
+                           (interval(t, ddof=0), "population std"),
+                           (interval(t, root=False), "the mean's is s / sqrt\\(n\\)"),
+                           (interval(lambda n: t(n + 1)), "n = \\d degrees of freedom"),
+                           (lambda d: (min(d), max(d)), "centred on the mean"),
+                           (lambda d: 0.5, "return two numbers")):
+        with pytest.raises(AssertionError, match=message):
+            exercises.check_t_interval(wrong, pairs)
+    exercises.check_t_interval(solution("06_ablations", "my_t_interval"), pairs)
+    assert "✓ the 95% t-interval over seeds" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="two seeds or more"):
+        exercises.check_t_interval(solution("06_ablations", "my_t_interval"), {"a - b @ steps": {"per_seed": [0.1]}})
+
+
+def test_seeds_to_establish_by_hand():
+    from agentgym_nb.viz.plots import seeds_to_establish
+    # mean 0.05, sd 0.03: n = 3 gives 4.303 * 0.03 / 1.732 = 0.0745 (reaches 0), n = 4 gives 3.182 * 0.03 / 2 = 0.0477
+    assert seeds_to_establish(0.05, 0.03) == 4
+    assert seeds_to_establish(-0.05, 0.03) == 4      # the sign does not matter
+    assert seeds_to_establish(0.1, 0.0) == 2         # no spread: two seeds
+    assert seeds_to_establish(0.0, 0.1) == math.inf
+    # past 31 seeds the quantile is 1.96: n > (1.96 * 0.2 / 0.01)^2 = 1536.64
+    assert seeds_to_establish(0.01, 0.2) == 1537
+
+
+def test_seeds_needed_checker(capsys):
+    cases = [("a", 0.05, 0.03), ("b", -0.02, 0.04), ("c", 0.0, 0.02), ("d", 0.01, 0.2)]
+    exercises.check_seeds_needed(lambda m, s: None, cases)
+    assert "not answered yet" in capsys.readouterr().out
+    normal = lambda m, s: math.inf if m == 0 else max(2, math.floor((1.96 * s / abs(m)) ** 2) + 1)   # noqa: E731
+    with pytest.raises(AssertionError, match="you used 1.96 for every n"):
+        exercises.check_seeds_needed(normal, cases)
+    reference = solution("06b_running_a_grid", "my_seeds_needed")
+    with pytest.raises(AssertionError, match="the interval still reaches 0"):
+        exercises.check_seeds_needed(lambda m, s: reference(m, s) - 1, cases)
+    with pytest.raises(AssertionError, match="ask for the fewest seeds"):
+        exercises.check_seeds_needed(lambda m, s: reference(m, s) + 1, cases)
+    with pytest.raises(AssertionError, match="return math.inf"):
+        exercises.check_seeds_needed(lambda m, s: 10_000 if m == 0 else reference(m, s), cases)
+    exercises.check_seeds_needed(reference, cases)
+    assert "✓ seeds needed" in capsys.readouterr().out
 
 
 # ------------------------------------------------------------------------------------------- the real batch
