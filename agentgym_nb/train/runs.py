@@ -84,7 +84,8 @@ def learning_settings(config: dict) -> dict:
 def named(cfg: RunConfig, label: str) -> RunConfig:
     """cfg with the name <env>-<preset>-<algorithm>-<label>-s<seed>-<hash of the settings that change learning>.
     Only settings that differ from RunConfig's defaults enter the hash: a new config field keeps old names valid."""
-    digest = hashlib.sha1(json.dumps(learning_settings(dataclasses.asdict(cfg)), sort_keys=True).encode()).hexdigest()[:6]
+    settings = json.dumps(learning_settings(dataclasses.asdict(cfg)), sort_keys=True)
+    digest = hashlib.sha1(settings.encode()).hexdigest()[:6]
     return dataclasses.replace(cfg, name=f"{cfg.env}-{cfg.preset}-{cfg.algorithm}-{label}-s{cfg.seed}-{digest}")
 
 

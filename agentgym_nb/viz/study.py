@@ -76,7 +76,8 @@ def heldout_curve(block: dict, arm: str, *, x: str = "step") -> tuple[np.ndarray
     by then, averaged over seeds)."""
     curves = [r["curve_h20"] for r in block["runs"].values() if r["arm"] == arm]
     if not curves:
-        raise KeyError(f"the study has no run of arm {arm!r}; arms: {sorted({r['arm'] for r in block['runs'].values()})}")
+        arms = sorted({r["arm"] for r in block["runs"].values()})
+        raise KeyError(f"the study has no run of arm {arm!r}; arms: {arms}")
     steps = sorted(set.intersection(*[{c[0] for c in curve} for curve in curves]))
     at = [{c[0]: c for c in curve} for curve in curves]
     column = {"step": 0, "tokens": 1}[x]
