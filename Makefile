@@ -12,7 +12,7 @@ TRACK ?= $(if $(filter babyai,$(ENV)),one-room,None)
 DEMO_ARGS ?= $(if $(filter babyai,$(ENV)),-p steps 60 -p rounds_every 20 -p eval_items 200,)
 export PYTHONHASHSEED := 0
 
-.PHONY: demo test test-fast lab book install model bench gpu-check gpu-wheels clean-outputs strip-notebooks
+.PHONY: demo test test-long test-fast lab book install model bench gpu-check gpu-wheels clean-outputs strip-notebooks
 
 install:
 	bash scripts/install.sh
@@ -39,10 +39,15 @@ book: install
 	$(PY) scripts/book.py --preset $(PRESET) --figures
 
 # two pytest-xdist workers, one torch thread each: the browser, JVM, network and install waits of one overlap the
-# other's CPU work, and no process oversubscribes the two cores (tests/conftest.py: how the work is split)
+# other's CPU work, and no process oversubscribes the two cores (tests/conftest.py: how the work is split). The
+# tests marked `long` (minutes each: a fresh install, expert sweeps, end-to-end studies) are test-long's; CI runs both
+XDIST := -n 2 --dist loadgroup --no-loadscope-reorder
 test: install
 	AGENTGYM_NB_PRESET=smoke OMP_NUM_THREADS=1 $(PY) -m pytest tests --nbmake notebooks --nbmake-timeout=1200 -q -p no:cacheprovider \
-		-n 2 --dist loadgroup --no-loadscope-reorder --durations=25
+		-m "not long" $(XDIST) --durations=25
+
+test-long: install
+	AGENTGYM_NB_PRESET=smoke OMP_NUM_THREADS=1 $(PY) -m pytest tests -q -p no:cacheprovider -m long $(XDIST) --durations=10
 
 test-fast: install
 	AGENTGYM_NB_PRESET=smoke $(PY) -m pytest tests -q -p no:cacheprovider -m "not slow and not browser and not jvm and not notebook"

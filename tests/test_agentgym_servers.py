@@ -21,7 +21,7 @@ from agentgym_nb.envs import EnvError, connect, make
 from agentgym_nb.envs.wire import answer
 from agentgym_nb.envs.sciworld import JVMS, NUM_GAMES, item_id_of
 from agentgym_nb.envs.textcraft import expert_replies
-from conftest import loopback_server
+from harness import loopback_server
 
 # a JVM and a browser start on a busy 2-core machine; a hang still fails
 pytestmark = [pytest.mark.timeout(300), pytest.mark.browser, pytest.mark.jvm]

@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from conftest import accelerate_launch
+from harness import accelerate_launch
 import torch
 
 from agentgym_nb.rollout.trajectory import Trajectory, TrajectoryGroup

@@ -77,3 +77,19 @@ def test_the_results_page_is_a_page_not_a_diary():
     lines = open(os.path.join(ROOT, RESULTS)).read().count("\n")
     assert lines <= MAX_LINES, f"docs/results.md has {lines} lines (at most {MAX_LINES}): keep the current result " \
                                "of each measurement and let superseded runs go (git keeps them)"
+
+
+def test_ci_runs_the_readmes_test_commands_which_together_run_every_test():
+    """.ci/run runs the README's test command and nothing else, `make test test-long`: `make test` leaves out exactly
+    the tests marked `long`, which `make test-long` runs; no test imports from a conftest (notebooks/ has one too)."""
+    ci = [line.strip() for line in open(os.path.join(ROOT, ".ci", "run")) if line.startswith("make ")]
+    assert ci == ["make test test-long"]
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    assert re.search(r"^make test test-long +# .*CI runs exactly this", readme, re.MULTILINE)
+    recipes = {m.group(1): m.group(2) for m in re.finditer(r"^([\w-]+):.*\n((?:\t.*\n)+)", open(
+        os.path.join(ROOT, "Makefile")).read(), re.MULTILINE)}
+    assert '-m "not long"' in recipes["test"] and "--nbmake notebooks" in recipes["test"]
+    assert "-m long " in recipes["test-long"] and "--nbmake" not in recipes["test-long"]
+    tests = os.path.join(ROOT, "tests")
+    assert [name for name in os.listdir(tests) if name.endswith(".py")
+            and re.search(r"^\s*from conftest import", open(os.path.join(tests, name)).read(), re.MULTILINE)] == []

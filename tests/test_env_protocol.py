@@ -13,7 +13,7 @@ from agentgym_nb.envs import EnvError, EnvStateError, connect, make
 from agentgym_nb.envs.babyai import expert_replies
 from agentgym_nb.envs.base import MULTIPLE_ACTIONS
 from agentgym_nb.envs.http import make_app, start_server
-from conftest import loopback_server
+from harness import loopback_server
 
 pytestmark = pytest.mark.timeout(120)  # a hang is a failure, not a stuck CI job
 

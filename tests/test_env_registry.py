@@ -9,7 +9,7 @@ from agentgym_nb import envs
 from agentgym_nb.config import item_pool, make_config
 from agentgym_nb.envs import registry as env_registry
 from agentgym_nb.envs.base import Env, Episodes, Levels, Step, Track
-from conftest import loopback_server
+from harness import loopback_server
 
 
 class Countdown(Env):

@@ -262,7 +262,7 @@ def test_cli_merges_the_adapters_of_a_lora_run(tmp_path, nano_dir):
     from agentgym_nb.envs.http import make_app
     from agentgym_nb.train.common import merged_state_dict
     from agentgym_nb.train.rl import Trainer
-    from conftest import loopback_server
+    from harness import loopback_server
     with loopback_server(make_app("babyai")) as url_a, loopback_server(make_app("babyai")) as url_b:
         cfg = make_config(preset="smoke", name="lora", overrides=[
             f"out_dir={tmp_path}", "engine=hf", "lora_rank=4", "lr=5e-3", "threads=1", f"env_url={url_a},{url_b}",

@@ -11,7 +11,7 @@ import os
 import shutil
 
 import pytest
-from conftest import accelerate_launch
+from harness import accelerate_launch
 import torch
 
 from agentgym_nb.algos.losses import LOGITS_CHUNK_ELEMENTS

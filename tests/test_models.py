@@ -105,9 +105,10 @@ def test_nano_dir_names_the_folder_resolve_builds(nano_dir):
 
 
 @pytest.mark.parametrize("env,demos", [("babyai", 30), ("textcraft", 200), ("searchqa", 200),   # BabyAI's bot: ~0.5 s
-                                       pytest.param("sciworld", 120, marks=pytest.mark.jvm),
-                                       pytest.param("miniwob", 60, marks=pytest.mark.browser),
-                                       pytest.param("webarena", 60, marks=pytest.mark.browser)])
+                                       # 240 expert episodes in a JVM or Chromium, minutes together: the long tier's
+                                       pytest.param("sciworld", 120, marks=[pytest.mark.jvm, pytest.mark.long]),
+                                       pytest.param("miniwob", 60, marks=[pytest.mark.browser, pytest.mark.long]),
+                                       pytest.param("webarena", 60, marks=[pytest.mark.browser, pytest.mark.long])])
 def test_the_cpu_reply_budget_fits_every_expert_reply(env, demos, tmp_path):
     """A reply cut at the cpu preset's max_tokens is an invalid action: if the expert's own replies do not fit, the
     nano (cloned from them) cannot succeed on those episodes in validation or in RL. Measured with a tokenizer

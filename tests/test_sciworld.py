@@ -18,7 +18,7 @@ from agentgym_nb.envs.base import MAX_ACTION_CHARS
 from agentgym_nb.envs.http import make_app
 from agentgym_nb.envs.sciworld import (EXCLUDED, INSTRUCTION, JVMS, NO_MATCH, NUM_GAMES, TASKS, SciWorld, SciWorldHTTP,
                                        game, item_id_of, item_lists, unordered_lines)
-from conftest import loopback_server
+from harness import loopback_server
 
 # a JVM starts on a busy 2-core machine; a hang is still a failure
 pytestmark = [pytest.mark.timeout(240), pytest.mark.jvm]

@@ -21,7 +21,7 @@ from agentgym_nb.envs.http import make_app, start_server
 from agentgym_nb.envs.searchqa import (ACTION, CORRECT, INCORRECT, INSTRUCTION, INVALID, PROMPT, DenseRetriever,
                                        SearchQA, information)
 from agentgym_nb.envs.searchqa_corpus import build, contains_answer, normalize_answer
-from conftest import loopback_server
+from harness import loopback_server
 
 pytestmark = pytest.mark.timeout(240)  # a hang is a failure; the first run also builds the corpus
 

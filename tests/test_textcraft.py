@@ -17,7 +17,7 @@ from agentgym_nb.envs.base import ACKNOWLEDGEMENT, MAX_ACTION_CHARS, MULTIPLE_AC
 from agentgym_nb.envs.http import make_app
 from agentgym_nb.envs.textcraft import (INSTRUCTION, TextCraft, commands, crafting_tree, expert_replies,
                                         first_observation, goal_of, renamed, split)
-from conftest import loopback_server
+from harness import loopback_server
 
 pytestmark = pytest.mark.timeout(120)
 ROOT = Path(__file__).resolve().parent.parent

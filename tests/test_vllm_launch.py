@@ -5,7 +5,7 @@ the checkpoint's (see tests/vllm_launch_worker.py)."""
 import json
 
 import pytest
-from conftest import accelerate_launch
+from harness import accelerate_launch
 
 pytestmark = [pytest.mark.timeout(1200), pytest.mark.slow]
 

@@ -2,9 +2,9 @@
 AgentGym webarena wire format, and robustness (crashed browser, pages that never load, no leaked processes).
 
 Every browser test shares the process's one Chromium. `test_expert_solves_every_task` is slow but essential: it
-plays all 82 hand-written offline tasks through the browser (about 350 steps on three envs at once). The ~900
-generated training tasks are checked by a sample, one per template (all of them: `bench/env_webarena.py
---expert-check`).
+plays all 82 hand-written offline tasks through the browser (about 350 steps on three envs at once; marked `long`: CI
+runs it after `make test`). The ~900 generated training tasks are checked by a sample, one per template (all of
+them: `bench/env_webarena.py --expert-check`).
 """
 import collections
 import hashlib
@@ -27,7 +27,7 @@ from agentgym_nb.envs import webarena as wa
 from agentgym_nb.envs.http import make_app
 from agentgym_nb.envs.web import STORE, data, plans, tasks
 from agentgym_nb.envs.webarena.expert import element_id, play
-from conftest import loopback_server
+from harness import loopback_server
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.browser]
 
@@ -542,6 +542,8 @@ def play_on_three_envs(items: list[int]) -> dict[int, list[str]]:
             e.close()
 
 
+@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(900)   # every hand-written task in the browser: beyond the module's limit on a busy machine
 def test_expert_solves_every_task(env):
     """Slow but essential: every hand-written task's plan earns reward 1 (play checks it, stepping the env),
