@@ -14,6 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.slow
+@pytest.mark.long   # an end-to-end study, minutes: CI runs it after make test
 def test_estimator_study_records_per_task_outcomes_that_reproduce_its_pairs(nano_dir, tmp_path):
     out = tmp_path / "algorithms.json"
     (tmp_path / "models").symlink_to(os.path.dirname(nano_dir))   # the runs are new, the smoke nano is the suite's

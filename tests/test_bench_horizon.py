@@ -243,6 +243,7 @@ def _study(tmp_path, start, *extra, check=True):
 
 
 @pytest.mark.slow
+@pytest.mark.long   # an end-to-end study, minutes: CI runs it after make test
 @pytest.mark.timeout(5400)   # a hang guard: minutes alone, its runs yield the CPU to everything else
 def test_horizon_study_runs_from_a_committed_start_and_goes_on_from_its_report(tmp_path, committed_smoke_start):
     from agentgym_nb import models

@@ -115,6 +115,7 @@ def test_rl_step_splits_each_step_into_its_phases(nano_dir, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long   # SmolLM2 on vLLM end to end, minutes: tests/test_pretrained_rl.py checks the step in make test
 def test_pretrained_rl(tmp_path):
     r = run_bench("pretrained_rl.py", ["--preset", "smoke", "--steps", "1", "--eval-items", "2", "--lora-rank", "8"],
                   tmp_path / "pretrained_rl.json", "pretrained_rl.json", timeout=900)
