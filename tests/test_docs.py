@@ -93,3 +93,20 @@ def test_ci_runs_the_readmes_test_commands_which_together_run_every_test():
     tests = os.path.join(ROOT, "tests")
     assert [name for name in os.listdir(tests) if name.endswith(".py")
             and re.search(r"^\s*from conftest import", open(os.path.join(tests, name)).read(), re.MULTILINE)] == []
+
+
+def test_the_readmes_demo_table_is_made_from_demo_json_runs_of_the_commit_it_names():
+    """The README quotes `make demo` from bench/results/demo.json: the commit it names has runs there, and its table is
+    scripts/demo_table.py's for that commit, row for row (no number the JSON does not hold, no run of another commit)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("demo_table", os.path.join(ROOT, "scripts", "demo_table.py"))
+    demo_table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo_table)
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    section = readme[readme.index("## What `make demo` shows"):]
+    section = section[:section.index("\n## ", 1)]
+    [commit] = re.findall(r"Fresh-clone runs of commit ([0-9a-f]{7,40})\b", section)
+    table = demo_table.table(commit)
+    assert table in section, f"README's demo table is not scripts/demo_table.py's for {commit}:\n{table}"
+    rows = [line for line in section.splitlines() if line.startswith("| ")]   # the header and the runs: no others
+    assert len(rows) == table.count("\n"), rows
