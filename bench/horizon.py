@@ -221,8 +221,8 @@ def commit_start(source: str, dest: str) -> dict:
             shutil.copyfile(os.path.join(source, name), os.path.join(dest, name))
     record = {"recipe": found["name"], "sha256": found["sha256"], "params": models.count_params(dest),
               "bytes": sum(os.path.getsize(os.path.join(dest, f)) for f in os.listdir(dest)),
-              "copied": {"from": os.path.abspath(source), "date": time.strftime("%Y-%m-%d"), "commit": commit(),
-                         "cpu": machine()["cpu_model"]}}
+              "copied": {"from": os.path.basename(os.path.abspath(source)), "date": time.strftime("%Y-%m-%d"),
+                         "commit": commit(), "cpu": machine()["cpu_model"]}}
     _write(os.path.join(dest, "start.json"), record, indent=2)
     if read_start(dest)["sha256"] != found["sha256"]:
         raise SystemExit(f"{dest}: the copy's weights differ from {source}'s")
