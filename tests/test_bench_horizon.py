@@ -429,3 +429,17 @@ def test_every_study_arm_has_a_label_and_a_colour_in_the_figures():
     from agentgym_nb.viz import study
     assert set(study.ARM_LABELS) == set(horizon.ARMS) == set(study.ARM_COLORS)
     assert {arm for arms in study.ARM_GROUPS.values() for arm in arms} == set(horizon.ARMS)   # every arm is drawn
+
+
+def test_the_cpu_study_starts_from_the_committed_long_track_nano_its_report_names():
+    """models/nano-babyai-long/ holds the study's start (a few MB, in git), its weights are the digest start.json and
+    the report record, and bench/horizon.py reads it as the cpu preset's start."""
+    from agentgym_nb import models
+    start = horizon.START_DIRS["cpu"]
+    with open(os.path.join(start, "start.json")) as f:
+        recorded = json.load(f)
+    with open(os.path.join(ROOT, "bench", "results", "horizon_study.json")) as f:
+        studies = json.load(f)["studies"]
+    assert models.weights_digest(start) == recorded["sha256"]
+    assert {s["start_model"]["sha256"] for s in studies.values()} == {recorded["sha256"]}
+    assert horizon.read_start(start)["sha256"] == recorded["sha256"]
