@@ -75,6 +75,7 @@ def plot_anchor_tree(anchors: list[list[str]], replies: list[list[str]], scores:
             ax.scatter(k, y, s=260, zorder=2, c=[colours[(ord(name) - 65) % 10]] if name else "white", edgecolors="k")
             ax.text(k, y, name or "", ha="center", va="center", fontsize=8, zorder=3)
             action = said[k - 1].split("Action:")[-1].strip()[:22] if k <= len(said) else ""
+            action = "".join(c for c in action if c.isprintable())   # an untrained model's reply may hold \x07
             ax.text(k + 0.12, y - 0.3, action, fontsize=6.5, color="0.3")   # above the node (y runs down)
         ax.text(len(states) + 0.45, y, f"score {score:.2f}", va="center", fontsize=8)
     ax.set_yticks(range(len(anchors)), labels)
