@@ -1,12 +1,15 @@
 """`make book`: run the notebooks at a preset, render each executed lesson as markdown that GitHub displays
 (docs/lessons/<lesson>.md with its figures), and the whole as a static site with Jupyter Book.
 
-    .venv/bin/python scripts/book.py                       # every notebook at the cpu preset (hours on 2 cores)
+    .venv/bin/python scripts/book.py                       # the lessons at the cpu preset, the long ones at smoke
+    .venv/bin/python scripts/book.py --full                # every lesson at the cpu preset (hours on 2 cores)
+    .venv/bin/python scripts/book.py --only 07_pass_at_k   # one lesson (no site)
     .venv/bin/python scripts/book.py --preset smoke        # the same pipeline in minutes
     .venv/bin/python scripts/book.py --no-execute          # render the committed notebooks as they are (no outputs)
     .venv/bin/python scripts/book.py --check               # which rendered lessons are older than their notebooks
 
-Executed copies go to docs/_build/notebooks/ (an existing copy made at the same preset is reused unless --fresh;
+At the cpu preset, the lessons that take more than ~15 minutes there on 2 cores (CPU_MINUTES) run at the smoke
+preset unless --full, and their rendered page says so and what the cpu run would cost. Executed copies go to docs/_build/notebooks/ (an existing copy made at the same preset is reused unless --fresh;
 the notebooks reuse their finished training runs under outputs/runs/ too), the site to docs/_build/html/. Each
 lesson's exercises run with their reference solutions (AGENTGYM_NB_SOLUTIONS=1, agentgym_nb/exercises.py). The
 rendered lessons go to docs/lessons/ (commit those; docs/_build/ is not), each opening with the commit, date,
@@ -50,6 +53,18 @@ KEY_FIGURES = {
                      ("pass-at-k-babyai-{preset}/figures/pass_at_k_surface.png", "pass_at_k_surface.png",
                       "notebook 07: pass@(k, T) of one trained policy at 0.5x, 1x and 2x the horizon it trained at")],
 }
+
+
+# the lessons whose cpu run takes more than ~15 minutes on 2 cores (the README's table): rendered at smoke unless --full
+CPU_MINUTES = {"03_advantage_estimators": "10-17 min", "04_fixed_horizon": "~13 min after a ~2 h nano build",
+               "05_scalinginter": "~20 min after a ~2 h nano build", "06b_running_a_grid": "35-40 min",
+               "07_pass_at_k": "~30 min"}
+
+
+def lesson_preset(notebook: str, preset: str, full: bool) -> str:
+    """The preset `notebook` runs at when the book is made at `preset`: smoke for CPU_MINUTES's lessons unless `full`."""
+    lesson = os.path.splitext(os.path.basename(notebook))[0]
+    return "smoke" if preset == "cpu" and not full and lesson in CPU_MINUTES else preset
 
 
 def execute(notebook: str, preset: str, fresh: bool, build: str = BUILD) -> str:
@@ -101,6 +116,7 @@ def render_lesson(executed: str, notebook: str, out_dir: str = LESSONS, *, prese
     lesson = os.path.splitext(os.path.basename(notebook))[0]
     files = f"{lesson}_files"
     body, resources = MarkdownExporter().from_filename(executed, resources={"output_files_dir": files})
+    body = body.replace(os.path.abspath(root) + os.sep, "")   # paths the lesson printed, relative to the checkout
     shutil.rmtree(os.path.join(out_dir, files), ignore_errors=True)
     os.makedirs(os.path.join(out_dir, files), exist_ok=True)
     for path, data in resources.get("outputs", {}).items():
@@ -111,6 +127,9 @@ def render_lesson(executed: str, notebook: str, out_dir: str = LESSONS, *, prese
             "seconds": seconds}
     link = os.path.relpath(os.path.abspath(notebook), os.path.abspath(out_dir))
     took = f" in {seconds:.0f} s" if seconds is not None else ""
+    if preset == "smoke" and lesson in CPU_MINUTES:
+        took += (f" (the small setting its tests use: at the cpu preset it takes {CPU_MINUTES[lesson]} on 2 cores; "
+                 f"`scripts/book.py --full` renders it there)")
     head = (f"<!-- rendered lesson: {json.dumps(made)} -->\n\n"
             f"> The lesson [`{made['notebook']}`]({link}) as it ran at the `{preset}` preset{took} on "
             f"{made['date']}, commit {made['commit']}, on a {made['machine']}; its exercises ran with their "
@@ -223,6 +242,8 @@ def main() -> None:
     ap.add_argument("--preset", default=os.environ.get("PRESET", "cpu"), choices=("smoke", "cpu", "paper"))
     ap.add_argument("--no-execute", action="store_true", help="render the committed notebooks without running them")
     ap.add_argument("--fresh", action="store_true", help="execute again even where an executed copy exists")
+    ap.add_argument("--full", action="store_true", help="the long lessons at --preset too (hours at cpu on 2 cores)")
+    ap.add_argument("--only", nargs="+", metavar="LESSON", help="these lessons (e.g. 07_pass_at_k), without the site")
     ap.add_argument("--figures", action="store_true", help="copy the run's key figures to docs/figures/")
     ap.add_argument("--check", action="store_true", help="list rendered lessons older than their notebooks; exit 1 "
                                                          "if there are any")
@@ -232,17 +253,27 @@ def main() -> None:
         print("\n".join(stale) or "book: every rendered lesson is of its notebook's current source")
         sys.exit(1 if stale else 0)
     notebooks = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
-    executed = notebooks if args.no_execute else [execute(nb, args.preset, args.fresh) for nb in notebooks]
+    if args.only:
+        unknown = set(args.only) - {os.path.splitext(os.path.basename(nb))[0] for nb in notebooks}
+        if unknown:
+            sys.exit(f"book: no lesson {sorted(unknown)}; the lessons: "
+                     + ", ".join(os.path.splitext(os.path.basename(nb))[0] for nb in notebooks))
+        notebooks = [nb for nb in notebooks if os.path.splitext(os.path.basename(nb))[0] in args.only]
+    presets = [lesson_preset(nb, args.preset, args.full) for nb in notebooks]
+    executed = notebooks if args.no_execute else [execute(nb, p, args.fresh) for nb, p in zip(notebooks, presets)]
     if not args.no_execute:
-        for nb, done in zip(notebooks, executed):
+        for nb, done, preset in zip(notebooks, executed, presets):
             with open(done + ".json") as f:
                 seconds = json.load(f)["seconds"]
-            print(f"book: {os.path.relpath(render_lesson(done, nb, preset=args.preset, seconds=seconds), ROOT)}")
-    html = render(executed, "the notebooks as committed, not executed" if args.no_execute
-                  else f"every notebook executed at the {args.preset} preset")
-    print(f"book: {os.path.relpath(os.path.join(html, 'intro.html'), ROOT)}")
-    if args.figures and not args.no_execute:
-        print("book: figures copied to docs/figures/: " + ", ".join(copy_figures(args.preset, executed)))
+            print(f"book: {os.path.relpath(render_lesson(done, nb, preset=preset, seconds=seconds), ROOT)}")
+    if not args.only:
+        html = render(executed, "the notebooks as committed, not executed" if args.no_execute
+                      else f"the notebooks executed at the {args.preset} preset"
+                      + ("" if args.full or args.preset != "cpu" else ", the longest at smoke"))
+        print(f"book: {os.path.relpath(os.path.join(html, 'intro.html'), ROOT)}")
+    if args.figures and not args.no_execute:   # a lesson run smaller leaves the committed figures alone
+        at_preset = [done for done, preset in zip(executed, presets) if preset == args.preset]
+        print("book: figures copied to docs/figures/: " + ", ".join(copy_figures(args.preset, at_preset)))
 
 
 if __name__ == "__main__":

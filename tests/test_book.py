@@ -78,3 +78,17 @@ def test_a_rendered_lesson_records_where_it_came_from_and_goes_stale_when_its_no
     assert f"notebooks/{lesson}.ipynb changed since it was rendered" in stale
     notebook.unlink()
     assert "no longer exists" in book.stale_renders(str(lessons), str(tmp_path))[0]
+
+
+def test_the_book_runs_the_long_lessons_at_smoke_unless_full_and_their_pages_say_so():
+    book = _book()
+    assert book.lesson_preset("notebooks/07_pass_at_k.ipynb", "cpu", full=False) == "smoke"
+    assert book.lesson_preset("notebooks/07_pass_at_k.ipynb", "cpu", full=True) == "cpu"
+    assert book.lesson_preset("notebooks/01_rollout_anatomy.ipynb", "cpu", full=False) == "cpu"
+    assert book.lesson_preset("notebooks/01_rollout_anatomy.ipynb", "smoke", full=False) == "smoke"
+    for path in sorted(glob.glob(os.path.join(ROOT, "docs", "lessons", "*.md"))):
+        lesson = os.path.splitext(os.path.basename(path))[0]
+        made = book.rendered(path)
+        if made["preset"] == "smoke" and lesson in book.CPU_MINUTES:
+            assert f"at the cpu preset it takes {book.CPU_MINUTES[lesson]}" in open(path).read(), path
+        assert ROOT not in open(path).read(), f"{path} prints a path of the machine that made it"
