@@ -99,75 +99,66 @@ def check_pass_at_k(fn, n: int, counts: list[int]) -> None:
     """`fn(n, c, k)` against `evaluate.pass_at_k` for every k = 1..n at the success counts `counts` (one per task,
     each out of `n` samples), at the edges (c = 0, c = n, n - c < k), and for k > n (it must raise ValueError)."""
     from agentgym_nb.evaluate import pass_at_k, pass_hat_k
-    what = "pass@k"
-    cases = sorted({(n, c, k) for c in counts for k in range(1, n + 1)} | {(n, 0, 1), (n, n, n), (5, 2, 4),
-                                                                             (200, 7, 50)})
-    try:
-        for n_, c, k in cases:
-            got, want = _as_float(_call(fn, n_, c, k), f"{what}(n={n_}, c={c}, k={k})"), pass_at_k(n_, c, k)
-            if math.isclose(got, want, abs_tol=1e-9):
-                continue
-            where = f"{what}(n={n_}, c={c}, k={k}) should be {want:.6f}, got {got:.6f}"
-            if math.isclose(got, 1 - (1 - c / n_) ** k, abs_tol=1e-9):
-                raise AssertionError(f"{where}: that is 1 - (1 - c/n)^k, the plug-in estimate, as if the k tries were "
-                                     "drawn with replacement from the n samples. It is biased low: count instead the "
-                                     "k-subsets of the n samples that hold no success, C(n - c, k) of C(n, k)")
-            if math.isclose(got, pass_hat_k(n_, c, k), abs_tol=1e-9):
-                raise AssertionError(f"{where}: that is pass^k, the chance that all k tries succeed; pass@k is the "
-                                     "chance that at least one does")
-            if math.isclose(got, c / n_, abs_tol=1e-9) and k > 1:
-                raise AssertionError(f"{where}: that is pass@1 (c / n) whatever k is")
-            if n_ - c < k:
-                raise AssertionError(f"{where}: with fewer than k failures among the n samples, every k-subset holds "
-                                     "a success, so pass@k is 1")
-            raise AssertionError(where)
-        try:
-            got = fn(n, 1, n + 1)
-        except ValueError:
-            pass
-        else:
-            raise AssertionError(f"{what}(n={n}, c=1, k={n + 1}) returned {got!r}: k tries cannot be chosen from n < k "
-                                 "samples, so pass@k is undefined there; raise ValueError saying so")
-    except NotAnswered:
-        return _not_answered(what, f"fill in the body of {getattr(fn, '__name__', 'the function')} above")
-    return _tick(f"{what}: equal to evaluate.pass_at_k on {len(counts)} tasks x k = 1..{n}, the edges "
-                 "and k > n")
+
+    def mistake(n_, c, k, got):
+        if math.isclose(got, 1 - (1 - c / n_) ** k, abs_tol=1e-9):
+            return ("that is 1 - (1 - c/n)^k, the plug-in estimate, as if the k tries were drawn with replacement "
+                    "from the n samples. It is biased low: count instead the k-subsets of the n samples that hold no "
+                    "success, C(n - c, k) of C(n, k)")
+        if math.isclose(got, pass_hat_k(n_, c, k), abs_tol=1e-9):
+            return "that is pass^k, the chance that all k tries succeed; pass@k is the chance that at least one does"
+        if math.isclose(got, c / n_, abs_tol=1e-9) and k > 1:
+            return "that is pass@1 (c / n) whatever k is"
+        if n_ - c < k:
+            return "with fewer than k failures among the n samples, every k-subset holds a success, so pass@k is 1"
+        return None
+
+    _check_k_estimator(fn, n, counts, "pass@k", pass_at_k, {(5, 2, 4), (200, 7, 50)}, mistake)
 
 
 def check_pass_hat_k(fn, n: int, counts: list[int]) -> None:
     """`fn(n, c, k)` against `evaluate.pass_hat_k` for every k = 1..n at the success counts `counts` (one per task,
     each out of `n` samples), at the edges (c = 0, c = n, c < k), and for k > n (it must raise ValueError)."""
     from agentgym_nb.evaluate import pass_at_k, pass_hat_k
-    what = "pass^k"
-    cases = sorted({(n, c, k) for c in counts for k in range(1, n + 1)} | {(n, 0, 1), (n, n, n), (5, 3, 2),
-                                                                             (200, 150, 10)})
+
+    def mistake(n_, c, k, got):
+        if math.isclose(got, (c / n_) ** k, abs_tol=1e-9):
+            return ("that is (c/n)^k, as if the k tries were drawn with replacement from the n samples (a success "
+                    "could be counted twice). Count the k-subsets of the n samples that are all successes: C(c, k) of "
+                    "C(n, k)")
+        if math.isclose(got, pass_at_k(n_, c, k), abs_tol=1e-9):
+            return ("that is pass@k, the chance that at least one of k tries succeeds; pass^k is the chance that all k "
+                    "do")
+        if c < k:
+            return "with fewer than k successes among the n samples, no k-subset is all successes, so pass^k is 0"
+        return None
+
+    _check_k_estimator(fn, n, counts, "pass^k", pass_hat_k, {(5, 3, 2), (200, 150, 10)}, mistake)
+
+
+def _check_k_estimator(fn, n: int, counts: list[int], what: str, reference, edge_cases: set, mistake) -> None:
+    """`fn(n, c, k)` against `reference` at every k = 1..n for each count, at c = 0, c = n and `edge_cases`; a wrong
+    value is explained by `mistake(n, c, k, got)` where it recognises the error; for k > n fn must raise ValueError."""
+    cases = sorted({(n, c, k) for c in counts for k in range(1, n + 1)} | {(n, 0, 1), (n, n, n)} | edge_cases)
     try:
         for n_, c, k in cases:
-            got, want = _as_float(_call(fn, n_, c, k), f"{what}(n={n_}, c={c}, k={k})"), pass_hat_k(n_, c, k)
+            got, want = _as_float(_call(fn, n_, c, k), f"{what}(n={n_}, c={c}, k={k})"), reference(n_, c, k)
             if math.isclose(got, want, abs_tol=1e-9):
                 continue
             where = f"{what}(n={n_}, c={c}, k={k}) should be {want:.6f}, got {got:.6f}"
-            if math.isclose(got, (c / n_) ** k, abs_tol=1e-9):
-                raise AssertionError(f"{where}: that is (c/n)^k, as if the k tries were drawn with replacement from "
-                                     "the n samples (a success could be counted twice). Count the k-subsets of the n "
-                                     "samples that are all successes: C(c, k) of C(n, k)")
-            if math.isclose(got, pass_at_k(n_, c, k), abs_tol=1e-9):
-                raise AssertionError(f"{where}: that is pass@k, the chance that at least one of k tries succeeds; "
-                                     "pass^k is the chance that all k do")
-            if c < k:
-                raise AssertionError(f"{where}: with fewer than k successes among the n samples, no k-subset is all "
-                                     "successes, so pass^k is 0")
-            raise AssertionError(where)
+            why = mistake(n_, c, k, got)
+            raise AssertionError(f"{where}: {why}" if why else where)
         try:
             got = fn(n, 1, n + 1)
         except ValueError:
             pass
         else:
             raise AssertionError(f"{what}(n={n}, c=1, k={n + 1}) returned {got!r}: k tries cannot be chosen from n < k "
-                                 "samples, so pass^k is undefined there; raise ValueError saying so")
+                                 f"samples, so {what} is undefined there; raise ValueError saying so")
     except NotAnswered:
         return _not_answered(what, f"fill in the body of {getattr(fn, '__name__', 'the function')} above")
-    return _tick(f"{what}: equal to evaluate.pass_hat_k on {len(counts)} tasks x k = 1..{n}, the edges and k > n")
+    return _tick(f"{what}: equal to evaluate.{reference.__name__} on {len(counts)} tasks x k = 1..{n}, the edges and "
+                 "k > n")
 
 
 # ------------------------------------------------------------------------------------------- intervals over seeds
