@@ -116,7 +116,8 @@ GPU_TARGET = {
     "calls": ["bash bench/horizon_gpu.sh 0 1 2 3", "bash bench/horizon_gpu.sh 4 5 6 7"],
     "each_call": "timeout 530 python3 bench/horizon.py --device cuda --jobs 16 --seeds S S S S --arms fixed6 fixed20 "
                  "stepwise adaptive --tokens-arms stepwise --out $OUT/horizon_study.json, after the wheels a bare "
-                 "machine lacks (.whl/, carried) are installed and the committed report copied to $OUT",
+                 "machine lacks (.gpu-wheels/ from make gpu-wheels, carried) are installed and the committed report "
+                 "copied to $OUT",
     "between_calls": "copy the returned horizon_study.json to bench/results/ (the second call continues it), and "
                      "commit it after each",
     "estimate": "7-12 minutes a call, not measured: the longest chain is fixed 20 (60 steps, 9 evaluations) then "

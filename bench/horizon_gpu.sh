@@ -5,15 +5,16 @@
 #
 #     bash bench/horizon_gpu.sh 0 1 2 3        # then, with the first call's report in bench/results/: 4 5 6 7
 #
-# Wheels in .whl/ (the packages a bare GPU machine lacks, bench/README.md) are installed first. The report is written
+# The wheels a bare GPU machine lacks (.gpu-wheels/, made here by `make gpu-wheels` and carried) are installed first,
+# as `make gpu-check` installs them (scripts/gpu_check.py: install_wheels). The report is written
 # to $OUT/horizon_study.json (a device machine's folder that comes back) after a copy of the committed one, else to
 # bench/results/ itself; the runs' logs' last lines go beside it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$#" -eq 0 ]; then echo "usage: bash bench/horizon_gpu.sh SEED [SEED ...]   (e.g. 0 1 2 3)" >&2; exit 2; fi
-if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+WHEELS="${WHEELS:-.gpu-wheels}"
+if [ -d "$WHEELS" ]; then
+    python3 -c "import sys; sys.path.insert(0, 'scripts'); import gpu_check; print('installed:', gpu_check.install_wheels('$WHEELS'))"
 fi
 OUT="${OUT:-bench/results}"
 if [ "$OUT" != bench/results ] && [ -f bench/results/horizon_study.json ]; then

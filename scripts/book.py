@@ -69,7 +69,7 @@ def lesson_preset(notebook: str, preset: str, full: bool) -> str:
 
 def execute(notebook: str, preset: str, fresh: bool, build: str = BUILD) -> str:
     """papermill `notebook` at `preset` into <build>/notebooks/, the exercises with their reference solutions; beside
-    it a stamp records the preset, the source hash and the seconds it took. A copy of the same source at the same
+    it a stamp records the preset, the source hash, the seconds it took, the commit and the date. A copy of the same source at the same
     preset is reused unless `fresh`."""
     name = os.path.basename(notebook)
     out = os.path.join(build, "notebooks", name)
@@ -86,7 +86,8 @@ def execute(notebook: str, preset: str, fresh: bool, build: str = BUILD) -> str:
     subprocess.run([os.path.join(os.path.dirname(sys.executable), "papermill"), notebook, out, "--no-progress-bar",
                     "--cwd", os.path.dirname(notebook)], check=True, env=env)
     with open(stamp, "w") as f:
-        json.dump({"preset": preset, "source_sha256": source_hash(notebook), "seconds": round(time.time() - t0)}, f)
+        json.dump({"preset": preset, "source_sha256": source_hash(notebook), "seconds": round(time.time() - t0),
+                   "commit": _commit(ROOT), "date": time.strftime("%Y-%m-%d")}, f)
     print(f"book: {name} executed in {time.time() - t0:.0f} s", flush=True)
     return out
 
@@ -107,24 +108,30 @@ def machine() -> str:
     return f"{os.cpu_count()}-core {model.group(1).strip() if model else 'CPU'} ({width})"
 
 
-def render_lesson(executed: str, notebook: str, out_dir: str = LESSONS, *, preset: str, seconds: float | None,
-                  root: str = ROOT) -> str:
+def render_lesson(executed: str, notebook: str, out_dir: str = LESSONS, *, root: str = ROOT) -> str:
     """The executed copy of `notebook` as GitHub markdown: <out_dir>/<lesson>.md, its figures in
     <out_dir>/<lesson>_files/ (PNGs, reduced to 256 colours where that is smaller). The first line records, as
-    JSON, the notebook's path and source hash, the commit, date, machine and preset it was made at."""
+    JSON, the notebook's path and source hash, and the commit, date, machine, preset and seconds of the execution
+    (from the executed copy's stamp). Coloured HTML outputs (token strips, replays) become pictures: GitHub drops
+    inline styles, and their colours are what they teach."""
+    import nbformat
     from nbconvert import MarkdownExporter
     lesson = os.path.splitext(os.path.basename(notebook))[0]
     files = f"{lesson}_files"
-    body, resources = MarkdownExporter().from_filename(executed, resources={"output_files_dir": files})
+    with open(executed + ".json") as f:
+        stamp = json.load(f)
+    body, resources = MarkdownExporter().from_notebook_node(coloured_html_as_png(nbformat.read(executed, as_version=4)),
+                                                            resources={"output_files_dir": files})
     body = body.replace(os.path.abspath(root) + os.sep, "")   # paths the lesson printed, relative to the checkout
     shutil.rmtree(os.path.join(out_dir, files), ignore_errors=True)
     os.makedirs(os.path.join(out_dir, files), exist_ok=True)
     for path, data in resources.get("outputs", {}).items():
         with open(os.path.join(out_dir, path), "wb") as f:
             f.write(_lean_png(data) if path.endswith(".png") else data)
+    preset, seconds = stamp["preset"], stamp["seconds"]
     made = {"notebook": os.path.relpath(notebook, root), "source_sha256": source_hash(notebook),
-            "commit": _commit(ROOT), "date": time.strftime("%Y-%m-%d"), "machine": machine(), "preset": preset,
-            "seconds": seconds}
+            "commit": stamp.get("commit") or _commit(ROOT), "date": stamp.get("date") or time.strftime("%Y-%m-%d"),
+            "machine": machine(), "preset": preset, "seconds": seconds}
     link = os.path.relpath(os.path.abspath(notebook), os.path.abspath(out_dir))
     took = f" in {seconds:.0f} s" if seconds is not None else ""
     if preset == "smoke" and lesson in CPU_MINUTES:
@@ -138,6 +145,33 @@ def render_lesson(executed: str, notebook: str, out_dir: str = LESSONS, *, prese
     with open(target, "w") as f:
         f.write(head + body)
     return target
+
+
+COLOURED = re.compile(r"style=\"[^\"]*background", re.I)   # an HTML output whose colours carry meaning
+
+
+def coloured_html_as_png(nb):
+    """`nb` with each coloured HTML output (see COLOURED) replaced by its picture, drawn by Chromium at 1,000 px
+    wide; tables and plain HTML stay HTML, which GitHub shows."""
+    outputs = [o for cell in nb.cells for o in cell.get("outputs", [])
+               if COLOURED.search(str(o.get("data", {}).get("text/html", "")))]
+    if not outputs:
+        return nb
+    import base64
+    from playwright.sync_api import sync_playwright
+    from agentgym_nb.envs.webarena.browser import CHROMIUM_FLAGS, chromium_path
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
+        page = browser.new_page(viewport={"width": 1016, "height": 100}, device_scale_factor=1)
+        for output in outputs:
+            html = output["data"]["text/html"]
+            page.set_content("<html><body style='margin:8px;font-family:sans-serif;background:#fff'>"
+                             f"{''.join(html) if isinstance(html, list) else html}</body></html>")
+            png = page.screenshot(full_page=True)
+            output["data"] = {"image/png": base64.b64encode(png).decode(),
+                              "text/plain": output["data"].get("text/plain", "")}
+        browser.close()
+    return nb
 
 
 def rendered(path: str) -> dict:
@@ -262,10 +296,8 @@ def main() -> None:
     presets = [lesson_preset(nb, args.preset, args.full) for nb in notebooks]
     executed = notebooks if args.no_execute else [execute(nb, p, args.fresh) for nb, p in zip(notebooks, presets)]
     if not args.no_execute:
-        for nb, done, preset in zip(notebooks, executed, presets):
-            with open(done + ".json") as f:
-                seconds = json.load(f)["seconds"]
-            print(f"book: {os.path.relpath(render_lesson(done, nb, preset=preset, seconds=seconds), ROOT)}")
+        for nb, done in zip(notebooks, executed):
+            print(f"book: {os.path.relpath(render_lesson(done, nb), ROOT)}")
     if not args.only:
         html = render(executed, "the notebooks as committed, not executed" if args.no_execute
                       else f"the notebooks executed at the {args.preset} preset"

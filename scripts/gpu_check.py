@@ -11,7 +11,7 @@ bench/results/gpu_check.json with the device, the versions, the commit and every
   5. train    bench/train_speed.py: an update of the 0.5B shape (4 x 2048 tokens), full fine-tuning and LoRA, MFU
 
 Where nothing but torch, transformers, peft and accelerate is installed (a lent GPU machine without a network), the
-project's other packages come from a folder of wheels: `bash scripts/gpu_wheels.sh .gpu-wheels` (on a machine with
+project's other packages come from a folder of wheels: `make gpu-wheels` (scripts/gpu_wheels.py, on a machine with
 the package registries) downloads them; `--wheels .gpu-wheels` installs the missing ones before anything runs. The
 cpu preset's nano is built on a CPU beforehand (`make model`) and travels in outputs/models/.
 

@@ -58,7 +58,7 @@ def test_a_rendered_lesson_records_where_it_came_from_and_goes_stale_when_its_no
     executed = book.execute(str(notebook), "smoke", fresh=True, build=str(tmp_path / "build"))
     seconds = json.load(open(executed + ".json"))["seconds"]
     lessons = tmp_path / "docs" / "lessons"
-    out = book.render_lesson(executed, str(notebook), str(lessons), preset="smoke", seconds=seconds, root=str(tmp_path))
+    out = book.render_lesson(executed, str(notebook), str(lessons), root=str(tmp_path))
     made = book.rendered(out)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     assert made == {"notebook": f"notebooks/{lesson}.ipynb", "source_sha256": book.source_hash(str(notebook)),
@@ -78,6 +78,35 @@ def test_a_rendered_lesson_records_where_it_came_from_and_goes_stale_when_its_no
     assert f"notebooks/{lesson}.ipynb changed since it was rendered" in stale
     notebook.unlink()
     assert "no longer exists" in book.stale_renders(str(lessons), str(tmp_path))[0]
+
+
+def test_coloured_html_outputs_are_rendered_as_pictures_and_tables_stay_tables(tmp_path):
+    """GitHub drops inline styles, so a token strip's colours (what it teaches) would vanish from a rendered lesson:
+    the book draws such outputs with Chromium instead. A plain table stays HTML, which GitHub shows."""
+    import nbformat
+    from PIL import Image
+    from agentgym_nb.viz.masks import KIND_COLOURS, kind_legend_html
+    book = _book()
+    table = "<table><tr><th>k</th><th>pass@k</th></tr><tr><td>1</td><td>0.25</td></tr></table>"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("show()", outputs=[
+        nbformat.v4.new_output("display_data", {"text/html": kind_legend_html(), "text/plain": "<HTML>"}),
+        nbformat.v4.new_output("display_data", {"text/html": table, "text/plain": "<table>"})])])
+    (tmp_path / "notebooks").mkdir()
+    notebook = tmp_path / "notebooks" / "99_colours.ipynb"
+    nbformat.write(nb, str(notebook))
+    executed = str(tmp_path / "executed.ipynb")
+    nbformat.write(nb, executed)
+    json.dump({"preset": "smoke", "source_sha256": book.source_hash(str(notebook)), "seconds": 1,
+               "commit": "abc1234", "date": "2026-01-02"}, open(executed + ".json", "w"))
+    out = book.render_lesson(executed, str(notebook), str(tmp_path / "lessons"), root=str(tmp_path))
+    text = open(out).read()
+    assert "background" not in text and table in text
+    [picture] = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", text)
+    colours = {rgb for _, rgb in Image.open(tmp_path / "lessons" / picture).convert("RGB").getcolors(1 << 16)}
+    for kind, hex_colour in KIND_COLOURS.items():
+        assert tuple(int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)) in colours, f"{kind}'s colour is not drawn"
+    made = book.rendered(out)
+    assert (made["commit"], made["date"], made["preset"]) == ("abc1234", "2026-01-02", "smoke")   # the execution's
 
 
 def test_the_book_runs_the_long_lessons_at_smoke_unless_full_and_their_pages_say_so():
