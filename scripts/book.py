@@ -56,7 +56,7 @@ KEY_FIGURES = {
 
 
 # the lessons whose cpu run takes more than ~15 minutes on 2 cores (the README's table): rendered at smoke unless --full
-CPU_MINUTES = {"03_advantage_estimators": "10-17 min", "04_fixed_horizon": "~13 min after a ~2 h nano build",
+CPU_MINUTES = {"04_fixed_horizon": "~13 min after a ~2 h nano build",
                "05_scalinginter": "~20 min after a ~2 h nano build", "06b_running_a_grid": "35-40 min",
                "07_pass_at_k": "30-37 min"}
 
