@@ -69,15 +69,15 @@ def lesson_preset(notebook: str, preset: str, full: bool) -> str:
 
 def execute(notebook: str, preset: str, fresh: bool, build: str = BUILD) -> str:
     """papermill `notebook` at `preset` into <build>/notebooks/, the exercises with their reference solutions; beside
-    it a stamp records the preset, the source hash, the seconds it took, the commit and the date. A copy of the same source at the same
-    preset is reused unless `fresh`."""
+    it a stamp records the preset, the source hash, the seconds it took, the commit and the date. A copy of the same
+    source at the same preset is reused unless `fresh`."""
     name = os.path.basename(notebook)
     out = os.path.join(build, "notebooks", name)
     stamp = out + ".json"
     if not fresh and os.path.exists(out) and os.path.exists(stamp):
         with open(stamp) as f:
             made = json.load(f)
-        if made["preset"] == preset and made["source_sha256"] == source_hash(notebook):
+        if made["preset"] == preset and made["source_sha256"] == source_hash(notebook) and "commit" in made:
             print(f"book: {name} already executed at the {preset} preset", flush=True)
             return out
     os.makedirs(os.path.dirname(out), exist_ok=True)
@@ -120,8 +120,8 @@ def render_lesson(executed: str, notebook: str, out_dir: str = LESSONS, *, root:
     files = f"{lesson}_files"
     with open(executed + ".json") as f:
         stamp = json.load(f)
-    body, resources = MarkdownExporter().from_notebook_node(coloured_html_as_png(nbformat.read(executed, as_version=4)),
-                                                            resources={"output_files_dir": files})
+    pictured = coloured_html_as_png(nbformat.read(executed, as_version=4))
+    body, resources = MarkdownExporter().from_notebook_node(pictured, resources={"output_files_dir": files})
     body = body.replace(os.path.abspath(root) + os.sep, "")   # paths the lesson printed, relative to the checkout
     shutil.rmtree(os.path.join(out_dir, files), ignore_errors=True)
     os.makedirs(os.path.join(out_dir, files), exist_ok=True)
@@ -129,11 +129,10 @@ def render_lesson(executed: str, notebook: str, out_dir: str = LESSONS, *, root:
         with open(os.path.join(out_dir, path), "wb") as f:
             f.write(_lean_png(data) if path.endswith(".png") else data)
     preset, seconds = stamp["preset"], stamp["seconds"]
-    made = {"notebook": os.path.relpath(notebook, root), "source_sha256": source_hash(notebook),
-            "commit": stamp.get("commit") or _commit(ROOT), "date": stamp.get("date") or time.strftime("%Y-%m-%d"),
-            "machine": machine(), "preset": preset, "seconds": seconds}
+    made = {"notebook": os.path.relpath(notebook, root), "source_sha256": source_hash(notebook), "machine": machine(),
+            "commit": stamp["commit"], "date": stamp["date"], "preset": preset, "seconds": seconds}
     link = os.path.relpath(os.path.abspath(notebook), os.path.abspath(out_dir))
-    took = f" in {seconds:.0f} s" if seconds is not None else ""
+    took = f" in {seconds:.0f} s"
     if preset == "smoke" and lesson in CPU_MINUTES:
         took += (f" (the small setting its tests use: at the cpu preset it takes {CPU_MINUTES[lesson]} on 2 cores; "
                  f"`scripts/book.py --full` renders it there)")
