@@ -1,10 +1,15 @@
 """BabyAI on real minigrid, with AgentGym's text interface (agentenv-babyai semantics)."""
+import json
 import re
+import time
 
 import gymnasium
 import pytest
 
+from agentgym_nb import envs
+from agentgym_nb.config import item_pool, make_config
 from agentgym_nb.envs import ENV_NAMES, EnvStateError, InvalidAction, make
+from agentgym_nb.envs import registry as env_registry
 from agentgym_nb.envs.babyai import INSTRUCTION, GYM_IDS, BabyAI, expert_replies, level_and_seed
 from agentgym_nb.envs.base import ACKNOWLEDGEMENT, MULTIPLE_ACTIONS, react_action
 
@@ -223,6 +228,40 @@ def test_expert_episode_is_the_expert_played_on_the_env():
             assert (step.observation, step.reward, step.done) == (again.observation, again.reward, again.done)
         solved = bool(turns) and turns[-1][1].done and env.success(turns[-1][1].reward)
         assert solved == (GYM_IDS[item % 40] != "BabyAI-KeyInBox-v0"), item
+
+
+def test_shipped_expert_turns_are_the_experts():
+    """The table shipped with the item lists covers every train and test item and agrees with the expert played
+    now: three items of each of a few levels (one room, long-track doors and mazes, KeyInBox's None), train and
+    test. A disagreement means the expert or minigrid changed: regenerate the table (see write_expert_turns)."""
+    shipped = env_registry.shipped_expert_turns("babyai")
+    assert set(shipped) == set(envs.item_ids("babyai", "train")) | set(envs.item_ids("babyai", "test"))
+    assert all(t is None or isinstance(t, int) and 1 <= t <= 64 for t in shipped.values())
+    levels = (0, 11, 25, 28, 33)   # GoToRedBallGrey, Open, KeyInBox, UnlockToUnlock, MoveTwoAcrossS8N9
+    sample = [base + level + 40 * k for level in levels for base in (0, 100000) for k in (0, 13, 24)]
+    assert env_registry.play_expert("babyai", sample) == {i: shipped[i] for i in sample}
+    assert shipped[25] is None and shipped[0] is not None
+
+
+def test_expert_turns_of_the_long_track_need_no_playing(tmp_path, monkeypatch):
+    """A horizon study's first run asks for the expert's turns on every long-track train item: with no outputs
+    cache they come from the shipped table at once. An item outside the shipped lists is played and cached, the
+    shipped ones are not copied into the cache."""
+    monkeypatch.setenv("AGENTGYM_NB_OUTPUTS", str(tmp_path))
+    cfg = make_config(preset="cpu", env="babyai", track="long")
+    items = item_pool(cfg, "train") + item_pool(cfg, "test")
+    assert len(items) == 1500 + 375
+    started = time.perf_counter()
+    turns = envs.expert_turns("babyai", items)
+    assert time.perf_counter() - started < 2
+    assert list(turns) == items and not (tmp_path / "data").exists()   # nothing played, nothing cached
+    shipped = env_registry.shipped_expert_turns("babyai")
+    assert turns == {i: shipped[i] for i in items}
+    unshipped = 4000 + 5   # past the train list: GoToObjMazeS7, seed 100
+    both = envs.expert_turns("babyai", [unshipped, 0])
+    assert both == {unshipped: env_registry.play_expert("babyai", [unshipped])[unshipped], 0: shipped[0]}
+    cache = json.loads((tmp_path / "data" / "babyai" / "expert_turns.json").read_text())
+    assert cache == {str(unshipped): both[unshipped]}
 
 
 @pytest.mark.slow

@@ -307,7 +307,7 @@ def test_a_bf16_lora_run_holds_the_frozen_base_in_bf16_and_its_reference_is_the_
 
 def test_an_adaptive_schedule_watching_success_in_reach_gets_it_every_step(tmp_path, nano_dir, monkeypatch):
     """success_in_reach: success over the step's episodes whose item the expert solves within the horizon (the
-    expert's turns, played once per item and cached under the outputs folder)."""
+    expert's turns, read from the table shipped with the item lists: nothing is played)."""
     monkeypatch.setenv("AGENTGYM_NB_OUTPUTS", str(tmp_path))
     from agentgym_nb import envs
     trainer = Trainer(smoke_config(tmp_path, "reach", engine="hf", schedule="adaptive", rounds=[1, 2],
@@ -318,7 +318,7 @@ def test_an_adaptive_schedule_watching_success_in_reach_gets_it_every_step(tmp_p
         m = trainer.train_step()
         items = trainer.items_for_step(1)
         reach = envs.expert_turns("babyai", items)
-        assert (tmp_path / "data" / "babyai" / "expert_turns.json").exists()
+        assert not (tmp_path / "data" / "babyai" / "expert_turns.json").exists()
         played = [json.loads(line) for line in open(os.path.join(trainer.cfg.run_dir, "rollouts", "step_00001.jsonl"))]
         within = [e["success"] for e in played if reach[e["item_id"]] is not None and reach[e["item_id"]] <= 1]
         assert 0 < len(within) < len(played)   # some items are out of reach at H = 1: the filter is not a no-op

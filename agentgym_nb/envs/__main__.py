@@ -8,6 +8,9 @@
         --set train=train.parquet
 A value is read as JSON when it is JSON (numbers, true/false, null, lists such as '["a.jsonl", "b.jsonl"]'), else
 as text (a path).
+
+python -m agentgym_nb.envs expert-turns babyai   writes the table of the turns the env's expert needs per shipped
+item (agentgym_nb/data/items/babyai_expert_turns.json), which envs.expert_turns reads instead of playing the expert.
 """
 import argparse
 import inspect
@@ -15,6 +18,7 @@ import json
 
 from . import ENV_NAMES, env_class, serve
 from .http import serve_workers
+from .registry import write_expert_turns
 
 
 def constructor_options(name: str, pairs: list[str]) -> dict:
@@ -42,7 +46,8 @@ def constructor_options(name: str, pairs: list[str]) -> dict:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m agentgym_nb.envs",
-                                     description="Serve an environment over AgentGym's HTTP protocol.")
+                                     description="Serve an environment over AgentGym's HTTP protocol, or tabulate "
+                                                 "its expert's turns.")
     commands = parser.add_subparsers(dest="command", required=True)
     serve_parser = commands.add_parser("serve", help="run the HTTP server for one environment")
     serve_parser.add_argument("name", help=f"environment: {', '.join(ENV_NAMES)}")
@@ -52,7 +57,17 @@ def main(argv=None) -> None:
                               help="server processes, on ports port..port+workers-1 (each with its own envs)")
     serve_parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="options",
                               help="an option of the env's constructor (repeatable), e.g. --set corpus=wiki.jsonl")
+    table_parser = commands.add_parser("expert-turns", help="play the expert on every shipped item and write the "
+                                                            "table envs.expert_turns reads")
+    table_parser.add_argument("name", help=f"environment: {', '.join(ENV_NAMES)}")
     args = parser.parse_args(argv)
+    if args.command == "expert-turns":
+        try:
+            env_class(args.name)
+        except ValueError as error:
+            parser.error(str(error))
+        print(write_expert_turns(args.name))
+        return
     try:
         options = constructor_options(args.name, args.options)
     except ValueError as error:
