@@ -67,7 +67,9 @@ def run_tests(device: str, smoke: bool, workers: int) -> dict:
         cmd += ["-n", str(workers)]
     start = time.perf_counter()
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "AGENTGYM_NB_PRESET": "smoke", "OMP_NUM_THREADS": "1"})
+                          # "0": the machine lacks part of the install, and a test needing it skips (tests/harness.py)
+                          env={**os.environ, "AGENTGYM_NB_PRESET": "smoke", "OMP_NUM_THREADS": "1",
+                               "AGENTGYM_NB_REQUIRE_ALL": "0"})
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-500:]
     counts = {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed)", summary)}
     return {"seconds": time.perf_counter() - start, "returncode": done.returncode, "summary": summary, **counts,

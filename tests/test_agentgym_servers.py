@@ -17,11 +17,14 @@ import requests
 from fastapi import FastAPI
 from pydantic import BaseModel
 
+from harness import loopback_server, require
+
+require(envs=("sciworld", "textcraft"))
+
 from agentgym_nb.envs import EnvError, connect, make
 from agentgym_nb.envs.wire import answer
 from agentgym_nb.envs.sciworld import JVMS, NUM_GAMES, item_id_of
 from agentgym_nb.envs.textcraft import expert_replies
-from harness import loopback_server
 
 # a JVM and a browser start on a busy 2-core machine; a hang still fails
 pytestmark = [pytest.mark.timeout(300), pytest.mark.browser, pytest.mark.jvm]

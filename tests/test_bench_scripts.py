@@ -16,6 +16,8 @@ import sys
 
 import pytest
 
+from harness import needs
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "bench")
 RESULTS = os.path.join(BENCH, "results")
@@ -196,6 +198,7 @@ def test_env_server_measures_every_server_at_every_load(tmp_path):
                                 / r["results"]["agentgym"]["4"]["median_requests_per_s"])
 
 
+@needs(envs=("textcraft",))
 def test_env_textcraft(tmp_path):
     r = run_bench("env_textcraft.py", ["--cycles", "20", "--goals", "3"], tmp_path / "env_textcraft.json",
                   "env_textcraft.json")
@@ -227,6 +230,7 @@ def test_env_searchqa(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.jvm
+@needs(envs=("sciworld",))
 def test_env_sciworld(tmp_path):
     r = run_bench("env_sciworld.py", ["--limit", "1", "--cycles", "2"], tmp_path / "env_sciworld.json",
                   "env_sciworld.json")
@@ -241,6 +245,7 @@ def test_env_sciworld(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.browser
+@needs(envs=("miniwob",))
 def test_env_miniwob(tmp_path):
     r = run_bench("env_miniwob.py", ["--seeds", "1", "--tasks", "2", "--episodes", "4"], tmp_path / "env_miniwob.json",
                   "env_miniwob.json")
@@ -254,6 +259,7 @@ def test_env_miniwob(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.browser
+@needs(envs=("webarena",))
 def test_env_webarena(tmp_path):
     r = run_bench("env_webarena.py", ["--episodes", "3", "--contexts", "2", "--tasks", "2"],
                   tmp_path / "env_webarena.json", "env_webarena.json")

@@ -12,9 +12,12 @@ import time
 
 import pytest
 
+from harness import needs
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@needs(commands=("jupyter-book",))
 def test_the_book_renders_every_notebook_as_a_page():
     done = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "book.py"), "--no-execute"],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
@@ -80,6 +83,7 @@ def test_a_rendered_lesson_records_where_it_came_from_and_goes_stale_when_its_no
     assert "no longer exists" in book.stale_renders(str(lessons), str(tmp_path))[0]
 
 
+@needs("nbformat", "playwright")   # the pictures are Chromium's
 def test_coloured_html_outputs_are_rendered_as_pictures_and_tables_stay_tables(tmp_path):
     """GitHub drops inline styles, so a token strip's colours (what it teaches) would vanish from a rendered lesson:
     the book draws such outputs with Chromium instead. A plain table stays HTML, which GitHub shows."""

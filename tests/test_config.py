@@ -5,6 +5,7 @@ import re
 import pytest
 
 from agentgym_nb.config import make_config, parse_overrides
+from harness import ENV_PACKAGES, needs
 
 
 def test_precedence_defaults_preset_kwargs_overrides():
@@ -19,6 +20,7 @@ def test_none_kwargs_leave_the_preset_alone():
     assert cfg.steps == make_config(preset="smoke").steps
 
 
+@needs(envs=("webarena",))
 def test_cpu_preset_gives_webarena_a_smaller_budget_in_three_equal_stages():
     babyai, web = make_config(preset="cpu", env="babyai"), make_config(preset="cpu", env="webarena")
     assert (babyai.prompts_per_step, babyai.steps, babyai.rounds_every) == (8, 40, 12)
@@ -46,6 +48,7 @@ def test_agentgym_rl_keys_map_onto_fields():
     assert (clip.clip_ratio, clip.clip_ratio_high, clip.clip_ratio_c) == (0.2, 0.28, 3.0)
 
 
+@needs(envs=("webarena",))
 def test_paper_preset_follows_the_scalinginter_scripts():
     cfg = make_config(preset="paper", env="babyai")
     assert cfg.model == "Qwen/Qwen2.5-7B-Instruct"
@@ -55,6 +58,7 @@ def test_paper_preset_follows_the_scalinginter_scripts():
     assert cfg.loss_agg == "seq-mean-token-mean" and cfg.critic_lr == 1e-5
 
 
+@needs(envs=("textcraft",))
 def test_prompt_and_response_lengths_map_as_in_agentgym_rl_scripts():
     """AgentGym-RL cuts a trajectory at data.max_prompt_length + data.max_response_length tokens; the paper preset's
     split is its script's (BabyAI 512 + 8192), elsewhere the prompt part is 1024."""
@@ -90,9 +94,12 @@ def test_prompt_and_response_lengths_map_as_in_agentgym_rl_scripts():
     (dict(overrides=["temperature=0"]), "temperature .training rollouts. must be > 0"),
     (dict(overrides=["actor_rollout_ref.rollout.temperature=-1"]), "greedy decoding is for evaluation"),
     (dict(overrides=["levels=[40]"]), "levels of babyai are the level index"),
-    (dict(env="textcraft", overrides=["levels=[0]"]), "levels of textcraft are the recipe depth of the goal"),
-    (dict(env="searchqa", overrides=["levels=[1]"]), "env 'searchqa' has none"),
-    (dict(env="textcraft", overrides=["levels=[true]"]), "the recipe depth of the goal, integers in .1, 5.; got .True."),
+    pytest.param(dict(env="textcraft", overrides=["levels=[0]"]),
+                 "levels of textcraft are the recipe depth of the goal", marks=needs(envs=("textcraft",))),
+    pytest.param(dict(env="searchqa", overrides=["levels=[1]"]), "env 'searchqa' has none",
+                 marks=needs(envs=tuple(ENV_PACKAGES))),   # the message lists the envs that have levels
+    pytest.param(dict(env="textcraft", overrides=["levels=[true]"]),
+                 "the recipe depth of the goal, integers in .1, 5.; got .True.", marks=needs(envs=("textcraft",))),
 ])
 def test_bad_input_names_what_is_wrong(kwargs, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("[", r"\[")):
@@ -103,6 +110,7 @@ def test_greedy_evaluation_stays_allowed():
     assert make_config(preset="cpu", overrides=["eval_temperature=0"]).eval_temperature == 0
 
 
+@needs(envs=("textcraft",))
 def test_levels_select_items_by_level():
     """BabyAI levels are item_id % 40; TextCraft's are the goal's recipe depth, and the cpu preset keeps depths 1-2
     (train and test pools stay disjoint, the test pool holds the shipped test list's depth-1 and -2 items)."""
@@ -118,6 +126,7 @@ def test_levels_select_items_by_level():
     assert envs.env_class("textcraft").level(0) == 1 and envs.env_class("textcraft").level(543) == 4
 
 
+@needs(envs=("sciworld",))
 def test_sciworld_levels_are_task_indices_and_the_cpu_preset_keeps_the_short_tasks():
     from agentgym_nb import envs
     from agentgym_nb.config import item_pool
@@ -140,12 +149,16 @@ def test_override_values_are_parsed_as_json_when_possible():
         "a": [1, 2], "b": True, "c": 1e-6, "d": "hello", "e": True}
 
 
-@pytest.mark.parametrize("env,batch,n,mini,total_tokens,rounds,every,tokens", [
+SCRIPTS = [
     ("babyai", 32, 4, 4, 512 + 8192, [6, 13, 20], 100, 512),
     ("sciworld", 16, 8, 2, 1024 + 8192, [10, 20, 30], 100, 200),
     ("searchqa", 32, 4, 4, 1024 + 8192, [5, 8, 10], 100, 512),
     ("textcraft", 32, 8, 4, 512 + 10240, [10, 20, 30], 100, 512),
-    ("webarena", 32, 4, 8, 750 + 14098, [8, 12, 15], 80, 512)])
+    ("webarena", 32, 4, 8, 750 + 14098, [8, 12, 15], 80, 512)]
+
+
+@pytest.mark.parametrize("env,batch,n,mini,total_tokens,rounds,every,tokens",
+                         [pytest.param(*script, marks=needs(envs=script[:1])) for script in SCRIPTS])
 def test_paper_preset_is_the_scalinginter_scripts(env, batch, n, mini, total_tokens, rounds, every, tokens):
     """AgentGym-RL's ScalingInter-RL scripts (examples/train/ScalingInter-RL/<env>_train.sh): train batch, rollout.n,
     mini-batch (prompts), prompt + response length, rounds schedule, tokens per turn; GRPO, lr 1e-6, low_var_kl 0.001
@@ -157,6 +170,7 @@ def test_paper_preset_is_the_scalinginter_scripts(env, batch, n, mini, total_tok
         "grpo", 1e-6, "low_var_kl", 0.001, "Qwen/Qwen2.5-7B-Instruct")
 
 
+@needs(envs=("webarena",))
 def test_dry_run_prints_the_plan_without_a_gpu_or_the_model(capsys):
     from agentgym_nb.train.rl import main
     main(["--env", "webarena", "--preset", "paper", "--dry-run", "trainer.total_training_steps=160"])

@@ -1,5 +1,4 @@
 """Generation engines against transformers on a tiny Qwen2 model built here (no hub)."""
-import importlib.util
 import math
 import os
 import random
@@ -9,8 +8,9 @@ import torch
 
 from agentgym_nb.rollout.engine import Completion, HFEngine, SamplingParams, filter_top_k_top_p, make_engine
 from agentgym_nb.rollout.vllm import VLLMEngine
+from harness import needs
 
-needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
+needs_vllm = needs("vllm")
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
                  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)

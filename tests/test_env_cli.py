@@ -15,6 +15,7 @@ from agentgym_nb.envs import EnvError, http
 
 from agentgym_nb.envs.__main__ import constructor_options, main
 from agentgym_nb.envs.http import free_ports, start_server
+from harness import needs
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -89,6 +90,7 @@ def test_unknown_option_is_a_clear_cli_error():
             in result.stderr)
 
 
+@needs(envs=("webarena",))
 def test_options_are_json_or_text_and_checked_against_the_constructor(capsys):
     assert constructor_options("webarena", ["config_dir=/data/config_files", "page_load_timeout=60"]) == {
         "config_dir": "/data/config_files", "page_load_timeout": 60}

@@ -16,6 +16,7 @@ from agentgym_nb.evaluate import bootstrap_ci, evaluate, load_paper_results, loa
 from agentgym_nb.evaluate.cli import main, parse_items
 from agentgym_nb.rollout.engine import SamplingParams
 from agentgym_nb.train.checkpoint import checkpoint_model_dir
+from harness import needs
 
 pytestmark = pytest.mark.timeout(240)
 ITEMS = list(range(100_000, 100_006))
@@ -87,7 +88,7 @@ EXPECTED_SUCCESS = {   # the issue's definitions, on rewards each env can produc
 }
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED_SUCCESS))
+@pytest.mark.parametrize("name", [pytest.param(name, marks=needs(envs=(name,))) for name in sorted(EXPECTED_SUCCESS)])
 def test_each_env_defines_success(name):
     cls = envs.env_class(name)
     env = cls.__new__(cls)   # success is a predicate on the reward: no world needed
@@ -190,6 +191,7 @@ def test_cli_errors(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+@needs(envs=("sciworld",))
 def test_cli_items_are_the_presets_items():
     """--items test/train are the items a run of the config plays (its levels only), a:b any ids."""
     from agentgym_nb.config import make_config

@@ -13,6 +13,7 @@ import torch
 
 from agentgym_nb import exercises
 from agentgym_nb.exercises import check
+from harness import needs
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -371,6 +372,7 @@ def test_check_function_on_cases(capsys):
 
 
 @pytest.mark.slow
+@needs("papermill")
 def test_run_all_in_a_kernel_of_your_own_ticks_no_blank_answer(tmp_path, monkeypatch):
     """Lesson 00b run top to bottom as a learner's kernel runs it (no AGENTGYM_NB_SOLUTIONS): it finishes, and its
     exercise says it is not answered yet instead of printing a tick."""

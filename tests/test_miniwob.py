@@ -13,12 +13,15 @@ import psutil
 import pytest
 import requests
 
+from harness import loopback_server, require
+
+require(envs=("miniwob",))
+
 from agentgym_nb import envs
 from agentgym_nb.envs import EnvError, EnvStateError, NoExpert, make
 from agentgym_nb.envs.http import make_app
 from agentgym_nb.envs.miniwob import EXCLUDED, EXPERT_TASKS, INSTRUCTION, TASKS, TEST_TASKS, MiniWoB, task_and_seed
 from agentgym_nb.envs.webarena.grammar import NO_BACKTICKS
-from harness import loopback_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]   # Debian's chromium and chromium-driver: make install
 

@@ -13,8 +13,13 @@ looked up offline, not loaded.
 import json
 from pathlib import Path
 
-import papermill
 import pytest
+
+from harness import require
+
+require("papermill")   # runs the notebooks
+
+import papermill
 
 from agentgym_nb import envs
 from agentgym_nb.config import preset_values

@@ -7,6 +7,8 @@ import re
 
 import pytest
 
+from harness import needs
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
 
@@ -45,6 +47,7 @@ def test_no_code_cell_is_longer_than_40_lines(path):
     assert not long, f"cells (index, lines) longer than 40 lines: {long}"
 
 
+@needs("papermill")
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
 def test_papermill_reads_every_parameter(path):
     """papermill -p warns "Passed unknown parameter" for a line of the parameters cell it cannot parse (a comment

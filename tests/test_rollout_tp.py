@@ -2,7 +2,6 @@
 each. Its greedy completions equal transformers', before and after a weight sync (which must reach both halves of
 every layer). The engine test is slow (two worker processes start and take both
 cores)."""
-import importlib.util
 import os
 
 import pytest
@@ -10,9 +9,9 @@ import torch
 
 from agentgym_nb.rollout.engine import HFEngine, SamplingParams
 from agentgym_nb.rollout.vllm import VLLMEngine, cpu_split
+from harness import needs
 
-pytestmark = [pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed"),
-              pytest.mark.slow]
+pytestmark = [needs("vllm"), pytest.mark.slow]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=16)
 
 

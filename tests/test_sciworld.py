@@ -11,6 +11,11 @@ from pathlib import Path
 import psutil
 import pytest
 import requests
+
+from harness import loopback_server, require
+
+require(envs=("sciworld",))
+
 from scienceworld.constants import ID2TASK
 
 from agentgym_nb.envs import EnvError, EnvStateError, connect, item_ids, make
@@ -18,7 +23,6 @@ from agentgym_nb.envs.base import MAX_ACTION_CHARS
 from agentgym_nb.envs.http import make_app
 from agentgym_nb.envs.sciworld import (EXCLUDED, INSTRUCTION, JVMS, NO_MATCH, NUM_GAMES, TASKS, SciWorld, SciWorldHTTP,
                                        game, item_id_of, item_lists, unordered_lines)
-from harness import loopback_server
 
 # a JVM starts on a busy 2-core machine; a hang is still a failure
 pytestmark = [pytest.mark.timeout(240), pytest.mark.jvm]

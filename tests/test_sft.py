@@ -15,6 +15,7 @@ from agentgym_nb.rollout.runner import run_episodes, write_rollout_log
 from agentgym_nb.rollout.trajectory import POLICY, PROMPT, Trajectory, collate
 from agentgym_nb.train.common import add_lora, merged_state_dict
 from agentgym_nb.train.sft import _sft_step, check_record, load_records, sft, to_trajectory, trajectory_record
+from harness import needs
 
 pytestmark = pytest.mark.timeout(120)
 torch.set_num_threads(1)
@@ -148,6 +149,7 @@ def test_full_sft_lowers_the_loss_on_expert_trajectories(chat, nano_dir, tmp_pat
     assert history[-1]["loss"] < 0.6 * history[0]["loss"]
 
 
+@needs("vllm")
 def test_lora_sft_trains_only_the_adapters_and_its_merged_weights_drive_vllm(chat, nano_dir, vllm_nano):
     from transformers import AutoModelForCausalLM
     base = AutoModelForCausalLM.from_pretrained(nano_dir, dtype=torch.float32)

@@ -12,12 +12,15 @@ from pathlib import Path
 import pytest
 import requests
 
+from harness import loopback_server, require
+
+require(envs=("textcraft",))
+
 from agentgym_nb.envs import EnvError, EnvStateError, connect, item_ids, make
 from agentgym_nb.envs.base import ACKNOWLEDGEMENT, MAX_ACTION_CHARS, MULTIPLE_ACTIONS
 from agentgym_nb.envs.http import make_app
 from agentgym_nb.envs.textcraft import (INSTRUCTION, TextCraft, commands, crafting_tree, expert_replies,
                                         first_observation, goal_of, renamed, split)
-from harness import loopback_server
 
 pytestmark = pytest.mark.timeout(120)
 ROOT = Path(__file__).resolve().parent.parent

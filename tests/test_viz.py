@@ -12,6 +12,7 @@ from agentgym_nb.rollout.engine import SamplingParams
 from agentgym_nb.rollout.runner import run_episodes, write_rollout_log
 from agentgym_nb.rollout.trajectory import ENV, POLICY, PROMPT, TEMPLATE, collate
 from agentgym_nb.viz import KIND_COLOURS, KIND_NAMES, Replay, load_rollouts, plot_masks, token_strip_html
+from harness import needs
 
 pytestmark = pytest.mark.timeout(120)
 SPAN = re.compile(r'<span class="tok" data-kind="([^"]+)" data-pos="(\d+)" title="[^"]*· id (\d+) ·[^"]*" '
@@ -104,6 +105,7 @@ def _write_run(root, name, env, step_records):
     return run
 
 
+@needs("ipywidgets")
 def test_replay_widget_filters_and_steps(tmp_path):
     a = _write_run(tmp_path, "a", "babyai", {1: [_episode(3, 0.0, ["turn left", "turn right"]),
                                                 _episode(4, 0.82, ["go to red ball 1"])],
@@ -145,6 +147,7 @@ def test_replay_widget_filters_and_steps(tmp_path):
     assert "application/vnd.jupyter.widget-view+json" in bundle and "no episode passes" in bundle["text/html"]
 
 
+@needs("ipywidgets")
 def test_replay_reads_real_rollout_logs(trajectories, tmp_path):
     run = tmp_path / "run"
     write_rollout_log(str(run / "rollouts" / "step_00001.jsonl"), trajectories, step=1)

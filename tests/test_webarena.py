@@ -22,12 +22,15 @@ import psutil
 import pytest
 import requests
 
+from harness import loopback_server, require
+
+require(envs=("webarena",))
+
 from agentgym_nb.envs import EnvError, EnvStateError, connect, item_ids, make, web
 from agentgym_nb.envs import webarena as wa
 from agentgym_nb.envs.http import make_app
 from agentgym_nb.envs.web import STORE, data, plans, tasks
 from agentgym_nb.envs.webarena.expert import element_id, play
-from harness import loopback_server
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.browser]
 
