@@ -133,10 +133,13 @@ class CountingEngine:
     def __init__(self, engine):
         self.engine, self.calls, self.prompts = engine, 0, 0
 
-    def generate(self, prompts, params, seeds=None):
+    def generate(self, prompts, params, seeds=None, *, sessions=None):
         self.calls += 1
         self.prompts += len(prompts)
-        return self.engine.generate(prompts, params, seeds)
+        return self.engine.generate(prompts, params, seeds, sessions=sessions)
+
+    def release(self, sessions):
+        self.engine.release(sessions)
 
 
 class SlowEnv:

@@ -341,9 +341,10 @@ def test_gumbel_max_draws_from_the_distribution_and_depends_only_on_each_rows_se
     assert not torch.equal(*gumbel_noise(huge, step=0, vocab=50))
 
 
-def test_the_hf_engine_prefills_the_last_position_only_and_drops_stopped_rows(hf_engine, prompts):
+def test_the_hf_engine_prefills_the_last_position_only_and_drops_stopped_rows(hf_engine, prompts, monkeypatch):
     """Every forward pass computes logits for one position per row (logits_to_keep), and a row that sampled a stop
     token leaves the batch: later passes see fewer rows. What it samples is unchanged (test_stop_token_ends_turn...)."""
+    monkeypatch.setattr(hf_engine, "PAD_TOLERANCE", float("inf"))   # all the prompts in one batch
     greedy = hf_engine.generate(prompts, GREEDY)
     stop = greedy[0].token_ids[1]   # row 0 stops at its second token; rows that never sample it run on
     runs_on = [g for g in greedy if stop not in g.token_ids and g.finish_reason == "length"]   # (eos stops too)
@@ -358,6 +359,16 @@ def test_the_hf_engine_prefills_the_last_position_only_and_drops_stopped_rows(hf
     assert {t for _, t in shapes} == {1}
     assert rows[0] == len(prompts) and rows[-1] == len(runs_on) < rows[0]
     assert rows == sorted(rows, reverse=True)
+
+
+def test_prompts_of_like_lengths_share_a_batch(hf_engine):
+    """Rows are batched by length, within batch_size (8 here): equal prompts fill whole batches; a batch is closed
+    before padding makes its prefill more than PAD_TOLERANCE times its rows' own work."""
+    assert hf_engine._batches([50] * 20, [0] * 20) == [list(range(8)), list(range(8, 16)), list(range(16, 20))]
+    # (kept, new) = (0, 300) first turns and (900, 100) later turns: padded together each row would pay 1,200 x 300
+    lengths, kept = [300, 1000, 300, 1000], [0, 900, 0, 900]
+    assert sorted(map(sorted, hf_engine._batches(lengths, kept))) == [[0, 2], [1, 3]]
+    assert hf_engine._batches([10, 11, 12], [0, 0, 0]) == [[0, 1, 2]]   # 3 x 12 x 12 <= 1.5 x (100 + 121 + 144)
 
 
 def test_the_static_cache_path_draws_what_the_dynamic_one_draws(tiny_model_dir, prompts, hf_engine):

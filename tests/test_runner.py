@@ -31,12 +31,15 @@ class KillAfterFirstCall:
     def __init__(self, engine, proc):
         self.engine, self.proc = engine, proc
 
-    def generate(self, prompts, params, seeds=None):
-        out = self.engine.generate(prompts, params, seeds)
+    def generate(self, prompts, params, seeds=None, *, sessions=None):
+        out = self.engine.generate(prompts, params, seeds, sessions=sessions)
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
         return out
+
+    def release(self, sessions):
+        self.engine.release(sessions)
 
 
 def test_a_server_that_dies_mid_rollout_fails_its_episodes(server_process, hf_nano, chat):

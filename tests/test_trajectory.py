@@ -17,10 +17,13 @@ class Recording:
     def __init__(self, engine):
         self.engine, self.calls = engine, []
 
-    def generate(self, prompts, params, seeds=None):
-        out = self.engine.generate(prompts, params, seeds)
+    def generate(self, prompts, params, seeds=None, *, sessions=None):
+        out = self.engine.generate(prompts, params, seeds, sessions=sessions)
         self.calls += [(list(p), c) for p, c in zip(prompts, out)]
         return out
+
+    def release(self, sessions):
+        self.engine.release(sessions)
 
 
 def test_pieces_reproduce_the_chat_template(chat, tokenizer):
@@ -72,7 +75,7 @@ class _ExactBudgetEngine:
     def __init__(self, inner, chat, budget: int, extra: int = 0):
         self.inner, self.chat, self.budget, self.extra = inner, chat, budget, extra
 
-    def generate(self, prompts, params, seeds=None):
+    def generate(self, prompts, params, seeds=None, *, sessions=None):
         out = self.inner.generate(prompts, params, seeds)
         for prompt, c in zip(prompts, out):
             length = self.budget - len(prompt) + self.extra
@@ -80,6 +83,9 @@ class _ExactBudgetEngine:
             c.token_ids = (words * length)[:length - 1] + [self.chat.end_of_turn_id]
             c.logprobs = [0.0] * length
         return out
+
+    def release(self, sessions):
+        self.inner.release(sessions)
 
 
 def test_a_reply_that_closes_itself_exactly_at_the_budget_is_played(chat, hf_nano):

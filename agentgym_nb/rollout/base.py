@@ -3,7 +3,7 @@ log-probs out, with the sampling settings (`SamplingParams`) and the checks ever
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -34,15 +34,24 @@ class Completion:
     token_ids: list[int]  # exactly the sampled ids, the stop id included when one ended the turn
     logprobs: list[float]  # log-prob of each sampled id under the distribution it was sampled from
     finish_reason: str  # "stop" (a stop id or the model's eos was sampled) or "length" (max_tokens reached)
+    cached_tokens: int | None = None  # prompt tokens read from its episode's KV cache instead of prefilled again
+                                      # (None: the engine keeps no per-episode cache)
 
 
 class Engine(ABC):
     @abstractmethod
-    def generate(self, prompts: list[list[int]], params: SamplingParams,
-                 seeds: list[int] | None = None) -> list[Completion]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None, *,
+                 sessions: list[Hashable] | None = None) -> list[Completion]:
         """One completion per prompt, in prompt order. `seeds[i]` seeds prompt i's draws, so its completion depends
         only on its prompt, its seed and the weights, not on the rest of the batch; without `seeds`, prompt i is
-        seeded `params.seed + i` (or not at all when params.seed is None)."""
+        seeded `params.seed + i` (or not at all when params.seed is None).
+
+        `sessions[i]` names the episode prompt i belongs to. Each prompt of an episode extends the last one and its
+        reply, so an engine may keep an episode's keys and values between calls and compute only the new tokens
+        (`HFEngine`); the same tokens come out either way. `release` ends a session."""
+
+    def release(self, sessions: Iterable[Hashable]) -> None:
+        """Forget what is kept for these sessions (their episodes ended). A no-op for engines that keep nothing."""
 
     @abstractmethod
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

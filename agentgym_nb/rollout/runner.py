@@ -40,6 +40,10 @@ class RolloutStats:
     env_steps: int = 0
     seconds: float = 0.0
     generate_seconds: float = 0.0
+    prompt_tokens: int = 0       # tokens of the prompts sent to the engine, ...
+    cached_tokens: int = 0       # ... of which the engine read this many from their episodes' caches (HFEngine)
+    cache_fallbacks: int = 0     # later turns the engine prefilled whole: the prompt did not extend the episode's
+                                 # last prompt and reply (a re-encoded turn), or the weights had changed
 
     @property
     def tokens_per_s(self) -> float:
@@ -118,6 +122,7 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
         waiting[pool.submit(_reset, env_factory, ep, item)] = (ep, time.monotonic() + env_timeout)
 
     def finish(ep: _Episode) -> None:
+        engine.release([ep.index])
         if ep.env is not None:
             fut = closer.submit(close_quietly, ep.env)
             unclosed.append(fut)
@@ -163,10 +168,15 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
                 tg = time.perf_counter()
                 seeds = None if params.seed is None else [turn_seed(params.seed, ep.index, ep.traj.num_rounds)
                                                           for ep in batch]
-                completions = engine.generate([ep.traj.input_ids for ep in batch], params, seeds)
+                completions = engine.generate([ep.traj.input_ids for ep in batch], params, seeds,
+                                              sessions=[ep.index for ep in batch])
                 last_generate = time.perf_counter() - tg
                 stats.generate_seconds += last_generate
                 for ep, c in zip(batch, completions):
+                    stats.prompt_tokens += len(ep.traj.input_ids)
+                    if c.cached_tokens is not None:
+                        stats.cached_tokens += c.cached_tokens
+                        stats.cache_fallbacks += ep.traj.num_rounds > 0 and c.cached_tokens == 0
                     text = add_completion(ep.traj, c, chat, max_total_tokens)
                     if text is None:
                         finish(ep)
@@ -175,6 +185,7 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
                             ep, time.monotonic() + env_timeout)
         cf.wait(closing, timeout=env_timeout)
     finally:
+        engine.release(range(first_episode, first_episode + len(item_ids) * n))   # (those an error left behind)
         pool.shutdown(wait=False, cancel_futures=True)
         closer.shutdown(wait=False)
         torch.set_num_threads(torch_threads)

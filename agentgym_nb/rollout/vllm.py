@@ -197,8 +197,9 @@ class VLLMEngine(Engine):
             torch.set_num_threads = set_num_threads
             torch.set_num_threads(threads)
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams,
-                 seeds: list[int] | None = None) -> list[Completion]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None, *,
+                 sessions=None) -> list[Completion]:
+        """(`sessions` are not needed: vLLM's prefix cache finds an episode's earlier turns by their tokens.)"""
         from vllm import SamplingParams as VLLMSamplingParams   # optional, like the LLM it samples from
         check_prompts(prompts)
         if seeds is None and params.seed is not None:

@@ -47,7 +47,7 @@ from .parallel import Parallel
 
 
 SUMMED_METRICS = ("pg_loss", "kl", "entropy", "clip_frac", "value_loss", "value_clip_frac", "episodes", "failed",
-                  "groups_trained", "sampled_tokens")
+                  "groups_trained", "sampled_tokens", "cache_fallbacks")
 
 
 class Trainer:
@@ -168,7 +168,8 @@ class Trainer:
         metrics = {"step": step, "max_rounds": rounds, **episode_metrics(trajs, groups), "sync_error": sync_error,
                    "groups_trained": len(train_on) if learn else 0,
                    "rollout_tokens_per_s": stats.tokens_per_s, "env_steps_per_s": stats.env_steps_per_s,
-                   "rollout_seconds": t_rollout, "sync_seconds": time.perf_counter() - t_sync, **update}
+                   "rollout_seconds": t_rollout, "sync_seconds": time.perf_counter() - t_sync,
+                   "generate_seconds": stats.generate_seconds, "cache_fallbacks": stats.cache_fallbacks, **update}
         if "success_in_reach" in self.schedule.reads:   # the schedule watches it: measure it
             reach = envs.expert_turns(cfg.env, sorted({t.item_id for t in usable}))
             metrics["success_in_reach"] = _mean([float(t.success) for t in usable
