@@ -5,10 +5,13 @@ an earlier commit's engine side by side; optionally vLLM's start and weight-relo
     .venv/bin/python bench/engine_speed.py --baseline a948ca3               # ... and the engine of a948ca3 beside it
     .venv/bin/python bench/engine_speed.py --device cuda --shapes nano qwen2.5-0.5b   # a GPU (make gpu-check)
 
-Two measurements, each after a warm-up call, the best of --repeats:
+Three measurements, each after a warm-up call, the best of --repeats:
   rollout   the cpu preset's rollout of the nano (BabyAI's one-room levels, 16 tasks x 4 episodes = 64 episodes at
             H = 6, T = 1, a fixed seed) through the real runner and envs: policy tokens/s and seconds, on --device and
             on this machine's CPU (the speedup is the GPU's worth for the rollout);
+  long      the horizon study's rollout: the committed long-track nano (models/nano-babyai-long) on --long-tasks
+            held-out long-track tasks x 4 episodes at H = 20 (episodes of ~2,500 tokens), the best of
+            --long-repeats; with --baseline, whether both engines sampled the same tokens (`same_tokens`);
   generate  a model of a given shape with random weights (nano: the built nano's config; qwen2.5-0.5b: hidden 896,
             24 layers, 14 heads, 2 KV heads, FFN 4864, vocabulary 151,936, tied embeddings; bf16 on a GPU) sampling
             --batch sequences of --new-tokens tokens (no stop token) from prompts of --prompt-tokens: tokens/s; on a
@@ -20,6 +23,7 @@ measurements on the CPU, side by side with today's. Writes --out (default bench/
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import json
 import os
@@ -44,7 +48,8 @@ def baseline_engine_module(rev: str):
     path = os.path.join(tempfile.mkdtemp(prefix="engine_"), f"engine_{rev}.py")
     with open(path, "w") as f:
         f.write(source)
-    spec = importlib.util.spec_from_file_location(f"engine_{rev}", path)
+    # named inside the package, so that its relative imports (.base) resolve to this checkout's modules
+    spec = importlib.util.spec_from_file_location(f"agentgym_nb.rollout.engine_{rev}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module   # (its dataclasses look their module up there)
     spec.loader.exec_module(module)
@@ -88,21 +93,45 @@ def generate_speed(engine_module, model, batch: int, prompt_tokens: int, new_tok
     return {"seconds": seconds, "tokens_per_s": batch * new_tokens / seconds}
 
 
-def rollout_speed(engine_module, model, tokenizer, items: list[int], n: int, repeats: int) -> dict:
+class WithoutSessions:
+    """An engine of a commit from before `generate` took `sessions` (each prompt prefilled whole), as the runner
+    calls engines now."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def generate(self, prompts, params, seeds=None, *, sessions=None):
+        return self.engine.generate(prompts, params, seeds)
+
+    def release(self, sessions):
+        pass
+
+
+def rollout_speed(engine_module, model, tokenizer, items: list[int], n: int, repeats: int, *, rounds: int = 6,
+                  max_tokens: int = 40, max_total_tokens: int = 1536) -> dict:
+    import inspect
+
     from agentgym_nb import envs
-    from agentgym_nb.rollout.runner import run_episodes
+    from agentgym_nb.rollout.runner import RolloutStats, run_episodes
     from agentgym_nb.rollout.trajectory import ChatFormat
     engine, chat = engine_module.HFEngine(model=model, tokenizer=tokenizer), ChatFormat(tokenizer)
-    params = engine_module.SamplingParams(temperature=1.0, max_tokens=40, seed=3)
+    if "sessions" not in inspect.signature(engine.generate).parameters:
+        engine = WithoutSessions(engine)
+    params = engine_module.SamplingParams(temperature=1.0, max_tokens=max_tokens, seed=3)
     played = {}
 
     def play():
-        played["trajs"] = run_episodes(engine, lambda: envs.make("babyai"), items, chat, n=n, max_rounds=6,
-                                       params=params, max_total_tokens=1536)
+        played["stats"] = RolloutStats()
+        played["trajs"] = run_episodes(engine, lambda: envs.make("babyai"), items, chat, n=n, max_rounds=rounds,
+                                       params=params, max_total_tokens=max_total_tokens, stats=played["stats"])
     seconds = timed(play, repeats)
-    tokens = sum(t.num_policy_tokens for t in played["trajs"])
+    trajs, stats = played["trajs"], played["stats"]
+    tokens = sum(t.num_policy_tokens for t in trajs)
     return {"seconds": seconds, "policy_tokens": tokens, "tokens_per_s": tokens / seconds,
-            "episodes": len(played["trajs"]), "successes": sum(t.success for t in played["trajs"])}
+            "episodes": len(trajs), "successes": sum(t.success for t in trajs),
+            "episode_tokens": sum(len(t.input_ids) for t in trajs), "prompt_tokens": stats.prompt_tokens,
+            "cached_tokens": stats.cached_tokens, "cache_fallbacks": stats.cache_fallbacks,
+            "tokens_digest": hashlib.sha1(repr([t.input_ids for t in trajs]).encode()).hexdigest()[:16]}
 
 
 def main(argv=None) -> dict:
@@ -120,6 +149,8 @@ def main(argv=None) -> dict:
     p.add_argument("--new-tokens", type=int, default=None, help="default: 16 for the nano, 256 otherwise")
     p.add_argument("--rollout-tasks", type=int, default=16, help="tasks of the rollout, 4 episodes each")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--long-tasks", type=int, default=4, help="long-track tasks of the H = 20 rollout (0: none)")
+    p.add_argument("--long-repeats", type=int, default=1)
     p.add_argument("--baseline", default=None, metavar="REV", help="also time the engine of this commit (CPU)")
     p.add_argument("--static", action="store_true", help="also time the static-cache path on a CPU (always on a GPU)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: $OMP_NUM_THREADS, else all cores)")
@@ -135,7 +166,7 @@ def main(argv=None) -> dict:
     if args.baseline:
         engines[args.baseline] = baseline_engine_module(args.baseline)
     items = item_pool(cfg, "test")[:args.rollout_tasks]
-    results: dict = {"rollout": {}, "generate": {}}
+    results: dict = {"rollout": {}, "long_rollout": {}, "generate": {}}
 
     from transformers import AutoModelForCausalLM
     for device in dict.fromkeys([args.device, "cpu"]):
@@ -145,6 +176,21 @@ def main(argv=None) -> dict:
                 continue   # an earlier engine never ran anywhere but on the CPU
             results["rollout"][f"{name}/{device}"] = rollout_speed(module, nano, tokenizer, items, 4, args.repeats)
             print(f"rollout {name:8s} {device}: {results['rollout'][f'{name}/{device}']}", flush=True)
+    if args.long_tasks:
+        long_nano = os.path.join(ROOT, "models", "nano-babyai-long")
+        long_cfg = make_config(preset="cpu", env="babyai", track="long")
+        long_items = item_pool(long_cfg, "test")[:args.long_tasks]
+        rounds = 20 if args.preset != "smoke" else 2
+        for device in dict.fromkeys([args.device, "cpu"]):
+            nano = AutoModelForCausalLM.from_pretrained(long_nano).to(device).eval()
+            for name, module in engines.items():
+                if name != "now" and device != "cpu":
+                    continue
+                key = f"{name}/{device}"
+                results["long_rollout"][key] = rollout_speed(
+                    module, nano, models.load_tokenizer(long_nano), long_items, 4, args.long_repeats, rounds=rounds,
+                    max_tokens=long_cfg.max_tokens, max_total_tokens=7168)
+                print(f"long rollout {name:8s} {device}: {results['long_rollout'][key]}", flush=True)
     for shape in args.shapes:
         prompt = args.prompt_tokens or (300 if shape == "nano" else 512)
         new = args.new_tokens or (16 if shape == "nano" else 256)
@@ -173,6 +219,10 @@ def main(argv=None) -> dict:
     if args.baseline:
         results["rollout_cpu_now_over_baseline"] = (rollout[f"{args.baseline}/cpu"]["seconds"]
                                                     / rollout["now/cpu"]["seconds"])
+        if args.long_tasks:
+            now, then = results["long_rollout"]["now/cpu"], results["long_rollout"][f"{args.baseline}/cpu"]
+            results["long_rollout_cpu_now_over_baseline"] = then["seconds"] / now["seconds"]
+            results["long_rollout_same_tokens"] = now["tokens_digest"] == then["tokens_digest"]
     out = {"benchmark": "engine_speed", "date": time.strftime("%Y-%m-%d"), "commit": commit(),
            "machine": machine(), "versions": versions("torch", "transformers"), "device": args.device,
            "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None, "torch_threads": threads,
