@@ -551,11 +551,12 @@ def start_run(cmd: list[str], slot: int, study: Study, jobs: int, **kw) -> subpr
 
 def planned(arms: list[str], seeds: list[int], tokens_arms: list[str],
             surfaces: bool = False) -> list[tuple[str, int, str]]:
-    """Every (arm, seed, job) to run, in order: seed-major, fixed long first; equal steps, then equal tokens for the
-    `tokens_arms`, then the surfaces."""
+    """Every (arm, seed, job) to run, in order: seed-major, so that an interrupted study leaves whole seeds (a seed's
+    equal-steps runs, fixed long first, then its equal-tokens runs for the `tokens_arms`), then the surfaces."""
     order = sorted(arms, key=lambda a: (a not in LONG.values(), list(ARMS).index(a)))
-    jobs = [(arm, seed, "steps") for seed in seeds for arm in order]
-    jobs += [(arm, seed, "tokens") for seed in seeds for arm in order if arm in tokens_arms]
+    jobs = [(arm, seed, point) for seed in seeds
+            for point, point_arms in (("steps", order), ("tokens", [a for a in order if a in tokens_arms]))
+            for arm in point_arms]
     if surfaces:
         jobs += [(arm, seed, "surface") for seed in seeds for arm in order]
     return jobs

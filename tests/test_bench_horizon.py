@@ -163,6 +163,7 @@ def test_the_cut_episode_arms_are_fixed_long_with_one_option_each_at_equal_steps
     assert jobs[:4] == [("fixed20", 0, "steps"), ("stepwise", 0, "steps"), ("fixed20-cut-baseline", 0, "steps"),
                         ("fixed20-cut-discount", 0, "steps")]
     assert [j for j in jobs if j[2] == "tokens"] == [("stepwise", 0, "tokens"), ("stepwise", 1, "tokens")]
+    assert jobs.index(("stepwise", 0, "tokens")) < jobs.index(("fixed20", 1, "steps"))   # whole seeds first
     assert jobs[-8:] == [(a, s, "surface") for s in (0, 1) for a in ("fixed20", "stepwise", *horizon.CUT_ARMS)]
     assert not set(horizon.CUT_ARMS) & set(horizon.MAIN_ARMS)   # the main study does not run them by default
 

@@ -94,6 +94,22 @@ def test_rollout_speed(nano_dir, tmp_path):
 
 
 @pytest.mark.slow
+def test_horizon_profile_splits_a_step_and_an_evaluation_into_phases(tmp_path):
+    r = run_bench("horizon_profile.py", ["--preset", "smoke", "--steps", "1", "--eval-items", "2", "--engine", "hf",
+                                         "--set", "micro_batch_tokens=1024"], tmp_path / "profile.json",
+                  "horizon_profile.json")
+    run = r["runs"]["now"]
+    check_where(run)
+    assert run["engine"] == "HFEngine" and run["changed"] == ["micro_batch_tokens=1024"]
+    (step,) = run["steps"]
+    assert step["prefill_seconds"] > 0 and step["decode_seconds"] > 0 and step["env_seconds_in_threads"] > 0
+    assert step["prefill_seconds"] + step["decode_seconds"] < step["rollout_seconds"] < step["step_seconds"]
+    assert step["forward_passes"]["prefill"] >= 1 and step["forward_passes"]["env"] >= step["episodes"]
+    assert step["logprob_seconds"] > 0 and step["update_seconds"] > 0 and step["cache_fallbacks"] == 0
+    evaluation = run["evaluation"]
+    assert evaluation["items"] == 2 and evaluation["decode_seconds"] > 0 and share(float(evaluation["success"]))
+
+
 def test_rl_step_splits_each_step_into_its_phases(nano_dir, tmp_path):
     r = run_bench("rl_step.py", ["--preset", "smoke", "--steps", "2", "--repeats", "1", "--engine", "hf",
                                  "--precisions", "fp32", "bf16"], tmp_path / "rl_step.json", "rl_step.json")

