@@ -26,5 +26,20 @@ def test_gpu_check_runs_every_part_at_smoke_sizes(tmp_path, nano_dir):
         assert steps and all(s["episodes"] > 0 and s["sync_error"] < 0.1 for s in steps)
         assert parts[run]["engine_shares_model"]   # the HF engine samples with the policy: nothing to sync
     assert parts["engine"]["rollout"]["now/cpu"]["episodes"] == 8
+    assert parts["engine"]["long_rollout"]["now/cpu"]["episodes"] == 4
     assert parts["engine"]["generate"]["nano/now/cpu"]["tokens_per_s"] > 0
     assert set(parts["train"]["results"]) == {"nano/fp32", "nano/fp32/lora"}
+
+
+def test_a_part_past_its_cap_is_stopped_and_recorded(tmp_path, monkeypatch):
+    """Each part runs in its own process; one that runs past its cap is killed and recorded as such in the JSON,
+    which is written after every part, so a check cut short (or a part that hangs) keeps what was measured."""
+    sys.path.insert(0, "scripts")
+    import gpu_check
+    monkeypatch.setattr(gpu_check, "CAP_SMOKE", 3)   # the engine part needs far more than 3 s on a CPU
+    out = tmp_path / "gpu_check.json"
+    result = gpu_check.main(["--smoke", "--device", "cpu", "--workers", "1", "--parts", "engine",
+                             "--out", str(out)])
+    assert result["parts"]["engine"]["error"] == "stopped at its cap of 3 s"
+    assert result["parts"]["engine"]["part_seconds"] < 10
+    assert json.loads(out.read_text())["parts"] == result["parts"]
