@@ -10,6 +10,7 @@ bench/results/gpu_check.json with the device, the versions, the commit and every
               on the GPU and on this machine's CPU, and the 0.5B shape sampling 64 sequences of 256 tokens from
               512-token prompts
   5. train    bench/train_speed.py: an update of the 0.5B shape (4 x 2048 tokens), full fine-tuning and LoRA, MFU
+  6. paper_7b (on request: --parts paper_7b) the paper preset at Qwen2.5-7B's shape for one step on one card
 
 Where nothing but torch, transformers, peft and accelerate is installed (a lent GPU machine without a network), the
 project's other packages come from a folder of wheels: `make gpu-wheels` (scripts/gpu_wheels.py, on a machine with
@@ -111,30 +112,31 @@ def train_run(cfg, steps: int) -> dict:
     return out
 
 
-def half_billion_shape_dir(tokenizer_dir: str, out: str, smoke: bool = False) -> str:
-    """A Qwen2.5-0.5B-shape model (engine_speed.QWEN_05B) with random weights in bf16, with a tokenizer whose ids it
-    covers (the nano's): no checkpoint is carried to the machine, the shape alone decides memory and speed. At smoke
+def shape_dir(tokenizer_dir: str, out: str, shape: dict, smoke: bool = False) -> str:
+    """A model of Qwen2 `shape` (engine_speed.QWEN_05B, QWEN_7B) with random weights in bf16, made on the GPU when
+    there is one (a 7B model's fp32 init on a CPU takes minutes and 30 GB), with a tokenizer whose ids it covers
+    (the nano's): no checkpoint is carried to the machine, the shape alone decides memory and speed. At smoke
     sizes: its vocabulary on a body of two narrow layers."""
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
-
-    from engine_speed import QWEN_05B
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     end_of_turn = tokenizer.convert_tokens_to_ids("<|im_end|>")
     torch.manual_seed(0)
-    shape = {**QWEN_05B, **(dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                                 intermediate_size=128) if smoke else {})}
-    model = Qwen2ForCausalLM(Qwen2Config(**shape, eos_token_id=end_of_turn, pad_token_id=tokenizer.pad_token_id,
-                                         bos_token_id=None)).to(torch.bfloat16)
-    model.save_pretrained(out)
+    shape = {**shape, **(dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                              intermediate_size=128) if smoke else {})}
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = Qwen2ForCausalLM(Qwen2Config(**shape, eos_token_id=end_of_turn, pad_token_id=tokenizer.pad_token_id,
+                                             bos_token_id=None, dtype=torch.bfloat16))
+    model.to(torch.bfloat16).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
 
 
-# Each part's cap (seconds) on a GPU: 300 s in all, so that with the wheels' install (~45 s) and the machine's start a
+# Each part's cap (seconds) on a GPU: 300 s in all for the default parts, so that with the wheels' install (~45 s) and the machine's start a
 # whole check fits one 10-minute call with room to run it again. A part past its cap is stopped and recorded as such;
 # the parts after it still run. At --smoke (a CPU) every part may take CAP_SMOKE.
-PART_SECONDS = {"tests": 45, "cpu_rl": 35, "gpu_rl": 65, "engine": 105, "train": 50}
+PART_SECONDS = {"tests": 45, "cpu_rl": 35, "gpu_rl": 65, "engine": 105, "train": 50, "paper_7b": 420}
+DEFAULT_PARTS = ["tests", "cpu_rl", "gpu_rl", "engine", "train"]
 CAP_SMOKE = 300
 DEVICE_TESTS = ["tests/test_gpu_plan.py", "tests/test_losses.py", "tests/test_engine.py", "tests/test_episode_cache.py"]
 
@@ -159,8 +161,9 @@ def make_cpu_cfg(args, work: str):
 def part_gpu_rl(args, work: str) -> dict:
     from agentgym_nb import models
     from agentgym_nb.config import make_config
-    model_dir = half_billion_shape_dir(models.resolve_config(make_cpu_cfg(args, work)),
-                                       os.path.join(work, "qwen0.5b-shape"), smoke=args.smoke)
+    from engine_speed import QWEN_05B
+    model_dir = shape_dir(models.resolve_config(make_cpu_cfg(args, work)), os.path.join(work, "qwen0.5b-shape"),
+                          QWEN_05B, smoke=args.smoke)
     cfg = make_config(preset="gpu", env="babyai", name="gpu-check-gpu-preset", overrides={
         "out_dir": work, "model": model_dir, "engine": "hf", "steps": 2, "save_every": 100,
         # episodes as long as the run will make them (6 turns of <= 256 tokens), so the plan's worst case is
@@ -169,6 +172,29 @@ def part_gpu_rl(args, work: str) -> dict:
                                       "rounds": [1, 2, 3], "micro_batch_tokens": 512,
                                       "bf16": False} if args.smoke else {})})   # (a CPU may emulate bf16)
     return train_run(cfg, 1 if args.smoke else 2)
+
+
+def part_paper_7b(args, work: str) -> dict:
+    """The paper preset at Qwen2.5-7B's shape (random weights, bf16 and gradient checkpointing as the preset has
+    them) on one card: LoRA (rank 32, the gpu preset's) instead of the paper's full fine-tuning over 8 GPUs, the HF
+    engine, one step, its rollout cut to 8 short episodes (a random model never stops: the paper's 512-token turns
+    would be minutes of decoding): the plan against the card's measured peak, the update's tokens per second. Not in
+    the default parts (its weights alone are 15 GB to make): `--parts paper_7b`."""
+    from agentgym_nb import models
+    from agentgym_nb.config import make_config
+    from engine_speed import QWEN_7B
+    t0 = time.perf_counter()
+    model_dir = shape_dir(models.resolve_config(make_cpu_cfg(args, work)), os.path.join(work, "qwen7b-shape"),
+                          QWEN_7B, smoke=args.smoke)
+    made = time.perf_counter() - t0
+    print(f"  the 7B shape made and saved in {made:.0f} s", flush=True)
+    cfg = make_config(preset="paper", env="babyai", name="gpu-check-paper-7b", overrides={
+        "out_dir": work, "model": model_dir, "engine": "hf", "steps": 1, "save_every": 100, "prompts_per_step": 2,
+        "samples_per_prompt": 4, "mini_batches": 1, "max_tokens": 64, "rounds": [3], "max_total_tokens": 2048,
+        "lora_rank": 32, "launch_config": None,
+        **({"micro_batch_tokens": 512, "bf16": False} if args.smoke else {})})
+    return {"shape_seconds": made, "lora_rank": cfg.lora_rank, "bf16": cfg.bf16,
+            "gradient_checkpointing": cfg.gradient_checkpointing, **train_run(cfg, 1)}
 
 
 def part_engine(args, work: str) -> dict:
@@ -191,7 +217,7 @@ def part_train(args, work: str) -> dict:
 
 
 PARTS = {"tests": part_tests, "cpu_rl": part_cpu_rl, "gpu_rl": part_gpu_rl, "engine": part_engine,
-         "train": part_train}
+         "train": part_train, "paper_7b": part_paper_7b}
 
 
 def run_part(name: str, args, work: str) -> dict:
@@ -223,7 +249,7 @@ def main(argv=None) -> dict:
     p.add_argument("--smoke", action="store_true", help="every part at toy sizes (a test of this script)")
     p.add_argument("--wheels", default=None, help="a folder of wheels to install missing packages from")
     p.add_argument("--workers", type=int, default=8, help="pytest-xdist workers for the device tests")
-    p.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS))
+    p.add_argument("--parts", nargs="+", default=DEFAULT_PARTS, choices=list(PARTS))
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "gpu_check.json"))
     p.add_argument("--one", choices=list(PARTS), help=argparse.SUPPRESS)   # a part's own process
     p.add_argument("--work", help=argparse.SUPPRESS)

@@ -12,16 +12,19 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 def test_gpu_check_runs_every_part_at_smoke_sizes(tmp_path, nano_dir):
     out = tmp_path / "gpu_check.json"
     done = subprocess.run([sys.executable, "scripts/gpu_check.py", "--smoke", "--device", "cpu", "--workers", "1",
-                           "--out", str(out)], capture_output=True, text=True, timeout=880,
+                           "--parts", "tests", "cpu_rl", "gpu_rl", "engine", "train", "paper_7b", "--out", str(out)],
+                          capture_output=True, text=True, timeout=880,
                           env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert {"date", "commit", "device", "versions", "machine", "seconds"} <= set(report)
     parts = report["parts"]
-    assert set(parts) == {"tests", "cpu_rl", "gpu_rl", "engine", "train"}
+    assert set(parts) == {"tests", "cpu_rl", "gpu_rl", "engine", "train", "paper_7b"}
     assert not [name for name, part in parts.items() if "error" in part], parts
     assert parts["tests"]["returncode"] == 0 and parts["tests"]["passed"] > 10 and not parts["tests"]["failures"]
-    for run in ("cpu_rl", "gpu_rl"):
+    assert parts["paper_7b"]["lora_rank"] == 32 and parts["paper_7b"]["gradient_checkpointing"]
+    assert len(parts["paper_7b"]["steps"]) == 1
+    for run in ("cpu_rl", "gpu_rl", "paper_7b"):
         steps = parts[run]["steps"]
         assert steps and all(s["episodes"] > 0 and s["sync_error"] < 0.1 for s in steps)
         assert parts[run]["engine_shares_model"]   # the HF engine samples with the policy: nothing to sync
