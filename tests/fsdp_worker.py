@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 
 from agentgym_nb.config import make_config
 from agentgym_nb.rollout.trajectory import TrajectoryGroup
-from agentgym_nb.train.common import full_state_dict
+from agentgym_nb.train.parallel import full_state_dict
 from agentgym_nb.train.rl import Trainer
 from ddp_worker import rescored_episodes  # noqa: E402  (tests/ is the script's own folder)
 
@@ -69,7 +69,7 @@ def step_and_resume(out_dir: str) -> None:
         "initial_gap": max(float((initial[k] - v).abs().max()) for k, v in saved.items()),
         "initial_ref_gap": max(float((initial_ref[k] - v).abs().max()) for k, v in saved.items()),
         "rotary": float(trainer.model.model.rotary_emb.inv_freq.sum()),
-        "rank": rank, "sharding": trainer.sharding, "world": trainer.accelerator.num_processes,
+        "rank": rank, "sharding": trainer.parallel.kind, "world": trainer.accelerator.num_processes,
         "items": trainer.items_for_step(1)[rank::2], "episodes": metrics["episodes"],
         "optimizer_steps": metrics["optimizer_steps"], "grad_norm": metrics["grad_norm"],
         "local_numel": sum(local.values()), "full_numel": sum(v.numel() for k, v in weights.items()

@@ -70,7 +70,7 @@ def test_fsdp_update_is_the_update_on_the_union(fsdp_out, tmp_path, nano_dir):
 
     # one process, no sharding, the same config and starting weights, the same update on the union of the episodes
     single = rl.Trainer(union_config(str(tmp_path)), log=lambda *a: None)
-    assert single.sharding == "none"
+    assert single.parallel.kind == "none"
     model = single.accelerator.unwrap_model(single.model)
     before = {k: v.clone() for k, v in merged_state_dict(model).items()}
     out = single.update(TrajectoryGroup.of([Trajectory(**t) for s in shares for t in s["episodes"]]), 1)

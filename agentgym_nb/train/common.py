@@ -1,5 +1,5 @@
-"""Pieces every trainer shares: bf16 autocast, micro-batches, LoRA, FSDP sharding, whole-model state dicts, the
-Accelerator a run makes and the critic of PPO/GAE."""
+"""Pieces every trainer shares: bf16 autocast, micro-batches, LoRA and its merged weights, the Accelerator a run
+makes and the critic of PPO/GAE. (How processes split the models is parallel.py's.)"""
 from __future__ import annotations
 
 import dataclasses
@@ -95,53 +95,6 @@ def merged_state_dict(model) -> dict[str, torch.Tensor]:
             for adapter in module.active_adapters:
                 if adapter in module.lora_A:
                     out[f"{name}.weight"] = out[f"{name}.weight"] + module.get_delta_weight(adapter)
-    return out
-
-
-def shard(model, *, reshard_after_forward: bool = True, offload_policy=None):
-    """FSDP2 (`fully_shard`), in place: each transformer block (the classes HF lists in `_no_split_modules`) is one
-    unit whose parameters are gathered just before it runs and freed after; the rest (embeddings, final norm, head)
-    is the root unit. Every process holds 1/world of each parameter, of its gradient and of the optimizer state.
-
-    Every process starts from process 0's weights, broadcast into the shards: under accelerate's
-    fsdp_cpu_ram_efficient_loading (its launcher's default) transformers reads the checkpoint on process 0 only and
-    gives the others zeros. Gradients are SUMMED over processes in the backward's reduce-scatter (FSDP's default is
-    their mean): the trainer's losses are already parts of one global sum, each divided by the token count of all
-    processes."""
-    # torch.distributed's FSDP modules take seconds to import and only sharded runs need them
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-    from torch.distributed.fsdp import FSDPModule, OffloadPolicy, fully_shard
-    first = torch.distributed.get_rank() == 0
-    weights = model.state_dict() if first else {}   # holds on to process 0's tensors while the shards are made
-    blocks = {name for m in model.modules() for name in (getattr(m, "_no_split_modules", None) or ())}
-    kwargs = dict(reshard_after_forward=reshard_after_forward, offload_policy=offload_policy or OffloadPolicy())
-    for module in list(model.modules()):
-        if type(module).__name__ in blocks:
-            fully_shard(module, **kwargs)
-    fully_shard(model, **kwargs)
-    for module in model.modules():
-        if isinstance(module, FSDPModule):
-            module.set_gradient_divide_factor(1.0)
-            module.set_force_sum_reduction_for_comms(True)   # a plain sum: gloo has no pre-multiplied sum
-    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
-    return model
-
-
-@torch.no_grad()
-def full_state_dict(model) -> dict[str, torch.Tensor]:
-    """model.state_dict() with every sharded tensor whole, on the CPU, on every process: FSDP2's DTensors through
-    full_tensor(), DeepSpeed ZeRO-3's partitions through GatheredParameters. One tensor is gathered at a time, so a
-    device never holds a second whole copy of the model. Each gather is a collective: every process must call this."""
-    from torch.distributed.tensor import DTensor   # seconds to import; only sharded runs get here
-    out = {}
-    for name, t in model.state_dict(keep_vars=True).items():
-        if isinstance(t, DTensor):
-            t = t.full_tensor()
-        elif hasattr(t, "ds_id"):   # a ZeRO-3 parameter: its data is this process's partition
-            import deepspeed   # optional: installed only where ZeRO runs
-            with deepspeed.zero.GatheredParameters([t]):
-                t = t.data.clone()
-        out[name] = t.detach().cpu()
     return out
 
 

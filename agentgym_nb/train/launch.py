@@ -1,5 +1,5 @@
-"""Launching a run: how the `accelerate launch` config splits the model over processes, checks of a launch config
-against the run, the memory a GPU needs, and the plan `--dry-run` prints before anything is built."""
+"""Launching a run: checks of an `accelerate launch` config against the run, the memory a GPU needs, and the plan
+`--dry-run` prints before anything is built."""
 from __future__ import annotations
 
 import json
@@ -8,37 +8,12 @@ import os
 
 from accelerate.commands.config.config_args import load_config_from_file
 from accelerate.commands.launch import launch_command_parser
-from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 
 from .. import models
 from ..config import RunConfig, item_pool, round_schedule
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAUNCH_CONFIGS = os.path.join(REPO, "configs", "accelerate")
-
-
-def sharding_of(accelerator) -> str:
-    """How the `accelerate launch` config splits the model over processes: "deepspeed" (ZeRO), "fsdp" (FSDP2),
-    "ddp" (a whole replica per process) or "none" (one process). Accelerate turns an FSDP config into DDP when there
-    is no GPU, but FSDP2 itself runs on gloo: the launcher's request (ACCELERATE_USE_FSDP) is honoured on CPUs too."""
-    if accelerator.distributed_type == DistributedType.DEEPSPEED:
-        return "deepspeed"
-    if accelerator.distributed_type == DistributedType.FSDP or (
-            accelerator.num_processes > 1 and os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true"):
-        return "fsdp"
-    return "ddp" if accelerator.num_processes > 1 else "none"
-
-
-def fsdp_settings(accelerator) -> dict:
-    """`shard`'s options from the launch config's fsdp_config (accelerate's own reading of it)."""
-    plugin = getattr(accelerator.state, "fsdp_plugin", None) or FullyShardedDataParallelPlugin()
-    if plugin.fsdp_version != 2:
-        raise ValueError(f"fsdp_version {plugin.fsdp_version}: the trainer shards with FSDP2 (fully_shard); set "
-                         "fsdp_version: 2 in the accelerate config")
-    if plugin.activation_checkpointing:
-        raise ValueError("fsdp_activation_checkpointing: set gradient_checkpointing=True in the run config instead "
-                         "(it applies under every launch config) and fsdp_activation_checkpointing: false")
-    return dict(reshard_after_forward=plugin.reshard_after_forward, offload_policy=plugin.cpu_offload)
 
 
 def check_rollout_tp(tp: int, processes: int, gpus: int | None) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import functools
 import json
 import os
 import random
@@ -43,7 +44,7 @@ from .common import Critic, add_lora, make_accelerator, pack_by_length, set_thre
 from .health import (SYNC_PROBE_TOKENS, RunHealthError, episode_metrics, health_problem,  # noqa: F401
                      train_inference_mismatch)
 from .launch import check_card, check_engine_fits, check_rollout_tp, model_shape, plan, update_mfu, vllm_options
-from .parallel import Parallel
+from .parallel import make_parallel
 
 
 SUMMED_METRICS = ("pg_loss", "kl", "entropy", "clip_frac", "value_loss", "value_clip_frac", "episodes", "failed",
@@ -59,15 +60,14 @@ class Trainer:
         self.tokenizer = models.load_tokenizer(self.model_dir)
         self.chat = ChatFormat(self.tokenizer)
         self.accelerator = make_accelerator(cfg, log)
-        self.parallel = Parallel(self.accelerator)
-        self.sharding = self.parallel.kind
+        self.parallel = make_parallel(self.accelerator)
         check_rollout_tp(cfg.rollout_tp, self.parallel.world,
                          torch.cuda.device_count() if torch.cuda.is_available() else None)
         card = torch.cuda.get_device_properties(self.parallel.device) if self.parallel.device.type == "cuda" else None
         self.planned_peak_gb = None
         if card is not None:   # a plan that cannot fit is refused before anything is loaded onto the card
             self.planned_peak_gb = check_card(cfg, model_shape(self.model_dir), card.total_memory, card.name,
-                                              self.parallel.world, self.sharding)
+                                              self.parallel.world, self.parallel.kind)
         # Under LoRA the base is frozen: a bf16 run holds it in bf16 (the adapters train in fp32), and the reference
         # is that base with the adapters switched off, not a copy. Full fine-tuning keeps fp32 master weights.
         base_dtype = torch.bfloat16 if cfg.bf16 and cfg.lora_rank else torch.float32
@@ -83,7 +83,7 @@ class Trainer:
         self.model, self.optimizer, self.ref, self.critic, self.critic_optimizer = self.parallel.place(
             model, ref, critic, lr=cfg.lr, critic_lr=cfg.critic_lr, weight_decay=cfg.weight_decay,
             grad_clip=cfg.grad_clip, lora=bool(cfg.lora_rank))
-        if engine_kind(cfg.engine) == "hf" and self.sharding in ("none", "ddp"):
+        if engine_kind(cfg.engine) == "hf" and self.parallel.kind in ("none", "ddp"):
             # the HF engine samples with the policy itself, on its device: nothing to copy at a weight sync
             self.engine = HFEngine(model=self.accelerator.unwrap_model(self.model), tokenizer=self.tokenizer,
                                    seed=cfg.seed)
@@ -96,9 +96,7 @@ class Trainer:
                 check_engine_fits(options, torch.cuda.mem_get_info(self.parallel.device)[0], card.total_memory)
             self.engine = make_engine(cfg.engine, self.model_dir, seed=cfg.seed, tokenizer=self.tokenizer, **options)
         set_threads(cfg.threads)   # the engine may have changed torch's thread count
-        if self.sharding == "fsdp":
-            # under FSDP's cpu-RAM-efficient loading transformers gives every process but the first zeros, which the
-            # trainer's model gets broadcast over; an HF engine's own copy would keep them and sample from them
+        if self.parallel.sync_at_start:
             self.sync_engine()
         self.schedule = round_schedule(cfg)
         self.step = 0
@@ -235,20 +233,12 @@ class Trainer:
                         optimizer.zero_grad()
                 micros = [[rows[i] for i in m] for m in pack_by_length([lengths[i] for i in rows],
                                                                        cfg.micro_batch_tokens)]
-                passes = par.passes(len(micros))
-                for j in range(passes):
-                    real = j < len(micros)   # past its own micro-batches a process repeats one, weighted 0
-                    idx = micros[j] if real else micros[-1] if micros else [0]
-                    with par.accumulate(self.model, self.critic), torch.set_grad_enabled(learn):
-                        loss, parts = self._loss(self._on_device(trim(batch, idx)),
-                                                 self._on_device({k: v[idx] for k, v in per_token.items()}),
-                                                 n_tokens, n_seqs)
-                        if learn:
-                            par.backward(self.model, loss if real else loss * 0.0, last=j == passes - 1)
-                    if real:
-                        for k, v in parts.items():
-                            sums[k] += v
-                        tokens_seen += int(batch["attention_mask"][idx].sum())
+                loss_of = functools.partial(self._micro_loss, batch, per_token, n_tokens, n_seqs)
+                for idx, parts in par.backward_passes(micros, loss_of, learn=learn, model=self.model,
+                                                      critic=self.critic):
+                    for k, v in parts.items():
+                        sums[k] += v
+                    tokens_seen += int(batch["attention_mask"][idx].sum())
                 if learn:
                     sums["grad_norm"] += par.step(cfg.grad_clip, (self.model, self.optimizer),
                                                   (self.critic, self.critic_optimizer))
@@ -281,7 +271,8 @@ class Trainer:
             turn_ids=batch["turn_ids"], anchors=[t.anchors for t in trajs],
             in_baseline=~cut if cfg.cut_out_of_baseline else None, gamma=cfg.gamma, lam=cfg.lam,
             step_weight=cfg.gigpo_step_weight, mode=cfg.gigpo_mode),
-            kl_penalty=kl, cut=cut, cut_turn_discount=cfg.cut_turn_discount, sum_over_processes=self.parallel.sum_tensor)
+            kl_penalty=kl, cut=cut, cut_turn_discount=cfg.cut_turn_discount,
+            sum_over_processes=self.parallel.sum_tensor)
         per_token = {"old_logp": old_logp, "ref_logp": ref_logp, "adv": adv, "old_values": old_values,
                      "returns": returns if returns is not None else old_values}
         if cfg.tis_cap is not None:   # truncated importance sampling: from the engine's distribution to the trainer's
@@ -305,6 +296,12 @@ class Trainer:
         rng.shuffle(order)
         parts = [set(order[i::self.cfg.mini_batches]) for i in range(self.cfg.mini_batches)]
         return [[i for i, g in enumerate(group) if g in part] for part in parts]
+
+    def _micro_loss(self, batch: dict, per_token: dict, global_tokens: int, global_seqs: int,
+                    rows: list[int]) -> tuple[torch.Tensor, dict]:
+        """`_loss` of the rows `rows` of the batch, on this process's device."""
+        mb = self._on_device(trim(batch, rows))
+        return self._loss(mb, self._on_device({k: v[rows] for k, v in per_token.items()}), global_tokens, global_seqs)
 
     def _loss(self, mb: dict, per_token: dict, global_tokens: int, global_seqs: int) -> tuple[torch.Tensor, dict]:
         """The loss of one micro-batch: PPO-clip policy loss + kl_coef * KL (unless the KL is in the reward)
@@ -347,10 +344,8 @@ class Trainer:
         B, T = batch["input_ids"].shape
         old, ref, values = torch.zeros(B, T), torch.zeros(B, T), torch.zeros(B, T)
         self.model.eval()
-        groups = pack_by_length(lengths, self.cfg.micro_batch_tokens)
-        for j in range(self.parallel.passes(len(groups))):
-            rows = groups[min(j, len(groups) - 1)]   # past its own, a process repeats its last (same result)
-            mb = self._on_device(trim(batch, rows))
+        for rows, _ in self.parallel.passes(pack_by_length(lengths, self.cfg.micro_batch_tokens)):
+            mb = self._on_device(trim(batch, rows))   # (a filler pass repeats a micro-batch: the same result)
             t = mb["input_ids"].shape[1]
             with self.accelerator.autocast():
                 old[rows, :t] = token_logprobs(self.model, mb["input_ids"], mb["attention_mask"],
@@ -422,13 +417,8 @@ class Trainer:
         return checkpoint.save(self.accelerator, self.cfg, self.step, self._sharded())
 
     def _sharded(self) -> dict | None:
-        """{name: (model, optimizer)} of what FSDP shards (accelerate's save_state does not know it), else None."""
-        if self.sharding != "fsdp":
-            return None
-        pairs = {"policy": (self.model, self.optimizer)}
-        if self.critic is not None:
-            pairs["critic"] = (self.critic, self.critic_optimizer)
-        return pairs
+        return self.parallel.sharded_state({"policy": (self.model, self.optimizer),
+                                            "critic": (self.critic, self.critic_optimizer)})
 
     def _resume(self) -> None:
         resumed = checkpoint.resume(self.accelerator, self.cfg.run_dir, self._sharded())
