@@ -38,8 +38,9 @@ def measure(env: str, track: str | None, steps: int, threads: int | None = None,
     from agentgym_nb.algos.advantages import gigpo
     from agentgym_nb.config import make_config
     from agentgym_nb.rollout.engine import SamplingParams
-    from agentgym_nb.rollout.runner import mix_seed, run_episodes
+    from agentgym_nb.rollout.runner import run_episodes
     from agentgym_nb.rollout.trajectory import collate
+    from agentgym_nb.seeds import mix_seed
     from agentgym_nb.train.rl import Trainer
     run_dir = tempfile.TemporaryDirectory(prefix="anchor_repeats_")   # the Trainer's run folder: nothing is kept
     cfg = make_config(preset=preset, env=env, track=track, name=f"anchor-repeats-{env}-{track or 'default'}",

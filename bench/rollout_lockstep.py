@@ -46,7 +46,8 @@ from agentgym_nb.config import item_pool, make_config  # noqa: E402
 from agentgym_nb.rollout.engine import SamplingParams, make_engine  # noqa: E402
 from agentgym_nb.rollout import runner  # noqa: E402
 from agentgym_nb.rollout.runner import (RolloutStats, add_completion, close_quietly, fold_env_reply,  # noqa: E402
-                                        mix_seed, reset_env, run_episodes, step_env, turn_seed)
+                                        reset_env, run_episodes, step_env, turn_seed)
+from agentgym_nb.seeds import mix_seed  # noqa: E402
 from agentgym_nb.rollout.trajectory import ChatFormat, Trajectory  # noqa: E402
 from _common import commit, machine, priority, versions  # bench/_common.py
 

@@ -105,6 +105,21 @@ def test_the_hf_engine_shares_the_policy_only_where_it_is_whole():
     assert torch.__version__   # (the module imports torch for the planner's callers; nothing else needed)
 
 
+@pytest.mark.parametrize("engine, sharding, kind, shares", [
+    ("hf", "none", "hf", True), ("hf", "ddp", "hf", True), ("hf", "fsdp", "hf", False),
+    ("hf", "deepspeed", "hf", False), ("vllm", "none", "vllm", False)])
+def test_one_engine_decision_for_the_trainer_and_the_plan(engine, sharding, kind, shares):
+    """`rollout_engine` decides once what the trainer builds (test_trainer's HF engine samples with the policy itself)
+    and what the plan's memory line names."""
+    cfg = make_config(preset="gpu", env="babyai", overrides={"engine": engine, "lora_rank": 0})
+    choice = launch.rollout_engine(cfg, sharding)
+    assert (choice.kind, choice.shares_policy) == (kind, shares)
+    parts = launch.memory_per_gpu(cfg, launch.KNOWN_SHAPES[cfg.model], 2 if sharding != "none" else 1, sharding)
+    assert ("engine weights" in parts or "rollout: engine weights" in parts) == (not shares)
+    assert launch.rollout_engine(make_config(preset="gpu", env="babyai", overrides={"engine": "auto"}), sharding).kind \
+        in ("vllm", "hf")
+
+
 def test_cpu_side_models_ask_the_cpu_about_bf16_even_where_a_gpu_exists(monkeypatch):
     """native_bf16 answers for the device asked about: a model trained on the CPU of a GPU machine (SFT, DPO and
     AgentEvol helpers) is judged by the CPU's oneDNN kernels, not by the GPU."""

@@ -240,7 +240,8 @@ def test_fold_env_reply_ends_an_episode_at_the_horizon_the_budget_or_an_env_erro
 
 
 def test_seeds_mix_by_hand():
-    from agentgym_nb.rollout.runner import mix_seed, turn_seed
+    from agentgym_nb.rollout.runner import turn_seed
+    from agentgym_nb.seeds import mix_seed
     assert mix_seed(3, 5) == 3 * 1_000_003 + 5 == 3_000_014
     assert mix_seed(2, 7, stride=7_919) == 2 * 7_919 + 7 == 15_845
     assert turn_seed(1, 2, 3) == 1 + 2 * 1_000_003 + 3 * 7_919 == 2_023_764

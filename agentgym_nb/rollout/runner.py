@@ -26,6 +26,7 @@ from typing import Callable
 import torch
 
 from ..envs.base import Env, EnvError, Step
+from ..seeds import mix_seed
 from .engine import Completion, Engine, SamplingParams
 from .trajectory import ChatFormat, Trajectory
 
@@ -59,13 +60,6 @@ class _Episode:
     traj: Trajectory
     index: int  # position in the run's episode order: with the turn number it fixes the episode's random draws
     env: Env | None = None
-
-
-def mix_seed(seed: int, index: int, stride: int = 1_000_003) -> int:
-    """seed * stride + index: the seed of draw `index` (a step, an epoch, an iteration) of a stream seeded `seed`.
-    Distinct (seed, index) pairs give distinct seeds while 0 <= index < stride; the stride is a prime, so that two
-    streams of other strides do not fall into step."""
-    return seed * stride + index
 
 
 def turn_seed(seed: int, episode: int, turn: int) -> int:

@@ -24,8 +24,9 @@ from .. import envs
 from ..evaluate import evaluate
 from ..models import load_tokenizer
 from ..rollout.engine import Engine, SamplingParams, load_pretrained, make_engine
-from ..rollout.runner import mix_seed, run_episodes
+from ..rollout.runner import run_episodes
 from ..rollout.trajectory import ChatFormat
+from ..seeds import mix_seed
 from .common import add_lora, merged_state_dict
 from .sft import check_record, item_index, load_records, sft, to_trajectory, trajectory_record, write_records
 

@@ -5,15 +5,40 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import dataclass
 
 from accelerate.commands.config.config_args import load_config_from_file
 from accelerate.commands.launch import launch_command_parser
 
 from .. import models
 from ..config import RunConfig, item_pool, round_schedule
+from ..rollout.engine import engine_kind
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAUNCH_CONFIGS = os.path.join(REPO, "configs", "accelerate")
+SHARDED = ("fsdp", "deepspeed")   # the launch kinds that split the policy over processes
+
+
+@dataclass(frozen=True)
+class RolloutEngine:
+    """The engine a run samples with: `kind` "vllm" or "hf"; `shares_policy` when it is the HF engine sampling with
+    the trainer's own model (an unsharded policy, on its device), so it holds no copy and a weight sync copies
+    nothing."""
+    kind: str
+    shares_policy: bool
+
+    @property
+    def label(self) -> str:
+        if self.kind == "vllm":
+            return "vLLM in sleep mode during the update"
+        return "HF engine sampling with the policy" if self.shares_policy else "HF engine with its own copy"
+
+
+def rollout_engine(cfg: RunConfig, sharding: str) -> RolloutEngine:
+    """The run's engine under the launch kind `sharding` (cfg.engine "auto": vLLM where it is installed): the one
+    decision the trainer builds from and the plan describes."""
+    kind = engine_kind(cfg.engine)
+    return RolloutEngine(kind, shares_policy=kind == "hf" and sharding not in SHARDED)
 
 
 def check_rollout_tp(tp: int, processes: int, gpus: int | None) -> None:
@@ -161,7 +186,7 @@ VLLM_OVERHEAD_GIB = 2.0    # what a vLLM engine holds beside its weights and KV 
 
 
 def memory_per_gpu(cfg: RunConfig, shape: dict, processes: int, sharding: str,
-                   engine: str | None = None) -> dict[str, float]:
+                   engine: RolloutEngine | None = None) -> dict[str, float]:
     """Estimated GB (1e9 bytes) on one process's GPU, by part. Parts named "rollout: ..." exist only while the engine
     samples and parts named "update: ..." only during the forward and backward passes; the two phases take turns, so
     the peak (`peak_gb`) is the rest plus the larger phase. P parameters, E of them the input embedding's (the output
@@ -186,14 +211,14 @@ def memory_per_gpu(cfg: RunConfig, shape: dict, processes: int, sharding: str,
                                internals, ~34 t h (Korthikanti et al. 2022, flash attention); without, 34 t h per block
         update: logits         a sharded policy's whole micro-batch, 14 t V (bf16 logits, their fp32 copy, the
                                softmax and the fp32 gradient); else chunks of LOGITS_CHUNK_ELEMENTS, 16 bytes each
-                               (token_logprobs)"""
+                               (token_logprobs)
+    `engine`: the run's (`rollout_engine`, by default decided here)."""
     from ..algos.losses import LOGITS_CHUNK_ELEMENTS
-    from ..rollout.engine import engine_kind
-    engine = engine or engine_kind(cfg.engine)
+    engine = engine or rollout_engine(cfg, sharding)
     P, E, t, h, L, V = (shape[k] for k in ("params", "embeddings", "micro_batch", "hidden", "layers", "vocab")) \
         if "micro_batch" in shape else (shape["params"], shape["embeddings"], cfg.micro_batch_tokens, shape["hidden"],
                                         shape["layers"], shape["vocab"])
-    split = processes if sharding in ("fsdp", "deepspeed") else 1
+    split = processes if sharding in SHARDED else 1
     lora = bool(cfg.lora_rank)
     width = 2 if cfg.bf16 else 4
     parts = {
@@ -202,9 +227,8 @@ def memory_per_gpu(cfg: RunConfig, shape: dict, processes: int, sharding: str,
         "reference": 0 if cfg.kl_coef == 0 or lora else 2 * P if sharding == "deepspeed" else 4 * P / (
             processes if sharding == "fsdp" else 1),
     }
-    shared = engine == "hf" and sharding in ("none", "ddp")
-    if engine == "hf":
-        if not shared:
+    if engine.kind == "hf":
+        if not engine.shares_policy:
             parts["engine weights"] = width * P
         sequences = min(HF_ENGINE_BATCH, math.ceil(cfg.prompts_per_step * cfg.oversample * cfg.samples_per_prompt
                                                    / processes))
@@ -214,7 +238,7 @@ def memory_per_gpu(cfg: RunConfig, shape: dict, processes: int, sharding: str,
     else:
         parts["rollout: engine weights"] = width * P / cfg.rollout_tp
         parts["rollout: KV cache"] = (cfg.kv_cache_gib + VLLM_OVERHEAD_GIB) * 2**30
-    if lora and not shared:
+    if lora and not engine.shares_policy:
         parts["rollout: sync copy"] = 4 * (P - E)
     parts["update: gradients"] = 0 if lora else 4 * P / split
     block = (P - E) / L
@@ -250,10 +274,10 @@ def model_shape(model_dir: str) -> dict:
 
 
 def check_card(cfg: RunConfig, shape: dict, card_bytes: int, card_name: str, processes: int = 1,
-               sharding: str = "none") -> float:
+               sharding: str = "none", engine: RolloutEngine | None = None) -> float:
     """Refuse a run whose plan does not fit the card, before anything is loaded onto it, naming what to lower.
     Returns the plan's peak in GB."""
-    parts = memory_per_gpu(cfg, shape, processes, sharding)
+    parts = memory_per_gpu(cfg, shape, processes, sharding, engine)
     peak = peak_gb(parts)
     if peak * 1e9 > card_bytes:
         biggest = sorted(parts.items(), key=lambda kv: -kv[1])[:3]
@@ -307,7 +331,8 @@ def launch_plan(cfg: RunConfig) -> list[str]:
                  f"plays ~{share:g} prompts a step and runs its own engine ({engines})"]
     shape = KNOWN_SHAPES.get(cfg.model)
     if shape:
-        parts = memory_per_gpu(cfg, shape, processes, sharding)
+        engine = rollout_engine(cfg, sharding)
+        parts = memory_per_gpu(cfg, shape, processes, sharding, engine)
         total = peak_gb(parts)
         cards = CARDS_GB.get(cfg.preset, (80,))
         fits = [f"{'fits' if total <= gb else 'does NOT fit'} {'an' if gb == 80 else 'a'} {gb} GB card" for gb in cards]
@@ -317,18 +342,10 @@ def launch_plan(cfg: RunConfig) -> list[str]:
         listed = "; ".join(f"{name}: " + " + ".join(f"{k} {v:.1f}" for k, v in items.items())
                            for name, items in phases.items() if items)
         lines.append(f"  memory per GPU (estimate, GB, {'LoRA r=%d' % cfg.lora_rank if cfg.lora_rank else 'full'}, "
-                     f"{engine_label(cfg, sharding)}): {listed}; peak {total:.1f}: " + ", ".join(fits)
+                     f"{engine.label}): {listed}; peak {total:.1f}: " + ", ".join(fits)
                      + ("" if all(total <= gb for gb in cards) else
                         " (shard, use LoRA, or lower micro_batch_tokens or kv_cache_gib)"))
     return lines
-
-
-def engine_label(cfg: RunConfig, sharding: str) -> str:
-    from ..rollout.engine import engine_kind
-    kind = engine_kind(cfg.engine)
-    if kind == "vllm":
-        return "vLLM in sleep mode during the update"
-    return "HF engine sampling with the policy" if sharding in ("none", "ddp") else "HF engine with its own copy"
 
 
 def plan(cfg: RunConfig) -> str:

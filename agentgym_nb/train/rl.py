@@ -27,6 +27,7 @@ import json
 import os
 import random
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -36,24 +37,36 @@ from ..algos.losses import (aggregate, explained_variance, kl_penalty, policy_lo
                              token_logprobs, truncated_is_weights, value_loss)
 from ..config import PRESETS, RunConfig, item_pool, make_config, round_schedule
 from ..evaluate.run import evaluate
-from ..rollout.engine import HFEngine, SamplingParams, engine_kind, load_pretrained, make_engine
-from ..rollout.runner import RolloutStats, mix_seed, run_episodes, write_rollout_log
-from ..rollout.trajectory import ChatFormat, TrajectoryGroup, collate
+from ..rollout.engine import HFEngine, SamplingParams, load_pretrained, make_engine
+from ..rollout.runner import RolloutStats, run_episodes, write_rollout_log
+from ..rollout.trajectory import ChatFormat, Trajectory, TrajectoryGroup, collate
+from ..seeds import mix_seed
 from . import checkpoint
 from .common import Critic, add_lora, make_accelerator, pack_by_length, set_threads, trim
 from .health import (SYNC_PROBE_TOKENS, RunHealthError, episode_metrics, health_problem,  # noqa: F401
                      train_inference_mismatch)
-from .launch import check_card, check_engine_fits, check_rollout_tp, model_shape, plan, update_mfu, vllm_options
+from .launch import (check_card, check_engine_fits, check_rollout_tp, model_shape, plan, rollout_engine, update_mfu,
+                     vllm_options)
 from .parallel import make_parallel
 
 
 SUMMED_METRICS = ("pg_loss", "kl", "entropy", "clip_frac", "value_loss", "value_clip_frac", "episodes", "failed",
                   "groups_trained", "sampled_tokens", "cache_fallbacks")
+EPISODES_PER_PROCESS = 1_000_000   # each process numbers its episodes in a range of its own: they sample apart
+
+
+@dataclass
+class Played:
+    """What one step's rollout gave this process."""
+    rounds: int                     # the step's horizon
+    episodes: list[Trajectory]      # every episode it played, those that failed in the env included
+    groups: list[TrajectoryGroup]   # the usable episodes (not failed, with policy tokens), by group
+    stats: RolloutStats
+    seconds: float
 
 
 class Trainer:
     def __init__(self, cfg: RunConfig, *, log=print):
-        from transformers import AutoModelForCausalLM   # a model class: importing it takes seconds
         self.cfg, self.log = cfg, log
         set_threads(cfg.threads)
         self.model_dir = models.resolve_config(cfg, log=log)
@@ -61,13 +74,33 @@ class Trainer:
         self.chat = ChatFormat(self.tokenizer)
         self.accelerator = make_accelerator(cfg, log)
         self.parallel = make_parallel(self.accelerator)
-        check_rollout_tp(cfg.rollout_tp, self.parallel.world,
+        self.rollout_engine = rollout_engine(cfg, self.parallel.kind)   # decided once; the launch plan shows the same
+        card = self._check_card()
+        self._build_models()
+        self._build_engine(card)
+        self.schedule = round_schedule(cfg)
+        self.step = 0
+        self.history: list[dict] = []
+        self._resume()
+
+    # ------------------------------------------------------------------------------------------- building
+    def _check_card(self):
+        """This process's GPU (None on a CPU), once the plan is known to fit it: a plan that cannot fit is refused
+        before anything is loaded onto the card."""
+        check_rollout_tp(self.cfg.rollout_tp, self.parallel.world,
                          torch.cuda.device_count() if torch.cuda.is_available() else None)
         card = torch.cuda.get_device_properties(self.parallel.device) if self.parallel.device.type == "cuda" else None
         self.planned_peak_gb = None
-        if card is not None:   # a plan that cannot fit is refused before anything is loaded onto the card
-            self.planned_peak_gb = check_card(cfg, model_shape(self.model_dir), card.total_memory, card.name,
-                                              self.parallel.world, self.parallel.kind)
+        if card is not None:
+            self.planned_peak_gb = check_card(self.cfg, model_shape(self.model_dir), card.total_memory, card.name,
+                                              self.parallel.world, self.parallel.kind, self.rollout_engine)
+        return card
+
+    def _build_models(self) -> None:
+        """The policy, its frozen reference (with a KL) and the critic (for estimators that need one), placed by the
+        parallel strategy with their optimizers."""
+        from transformers import AutoModelForCausalLM   # a model class: importing it takes seconds
+        cfg = self.cfg
         # Under LoRA the base is frozen: a bf16 run holds it in bf16 (the adapters train in fp32), and the reference
         # is that base with the adapters switched off, not a copy. Full fine-tuning keeps fp32 master weights.
         base_dtype = torch.bfloat16 if cfg.bf16 and cfg.lora_rank else torch.float32
@@ -83,29 +116,25 @@ class Trainer:
         self.model, self.optimizer, self.ref, self.critic, self.critic_optimizer = self.parallel.place(
             model, ref, critic, lr=cfg.lr, critic_lr=cfg.critic_lr, weight_decay=cfg.weight_decay,
             grad_clip=cfg.grad_clip, lora=bool(cfg.lora_rank))
-        if engine_kind(cfg.engine) == "hf" and self.parallel.kind in ("none", "ddp"):
-            # the HF engine samples with the policy itself, on its device: nothing to copy at a weight sync
+
+    def _build_engine(self, card) -> None:
+        """The rollout engine `self.rollout_engine` names, holding the policy's weights."""
+        cfg = self.cfg
+        if self.rollout_engine.shares_policy:   # it samples with the policy itself: nothing to copy at a weight sync
             self.engine = HFEngine(model=self.accelerator.unwrap_model(self.model), tokenizer=self.tokenizer,
                                    seed=cfg.seed)
         else:
             # a bf16 run samples from bf16 weights (half the memory the launch plan counts for them); an fp32 run's
             # engine computes the same log-probs as the trainer
-            options = vllm_options(cfg, sum(p.numel() for p in model.parameters()),
+            options = vllm_options(cfg, sum(p.numel() for p in self.accelerator.unwrap_model(self.model).parameters()),
                                    card.total_memory if card is not None else None)
-            if card is not None and engine_kind(cfg.engine) == "vllm":
+            if card is not None and self.rollout_engine.kind == "vllm":
                 check_engine_fits(options, torch.cuda.mem_get_info(self.parallel.device)[0], card.total_memory)
-            self.engine = make_engine(cfg.engine, self.model_dir, seed=cfg.seed, tokenizer=self.tokenizer, **options)
+            self.engine = make_engine(self.rollout_engine.kind, self.model_dir, seed=cfg.seed,
+                                      tokenizer=self.tokenizer, **options)
         set_threads(cfg.threads)   # the engine may have changed torch's thread count
         if self.parallel.sync_at_start:
             self.sync_engine()
-        self.schedule = round_schedule(cfg)
-        self.step = 0
-        self.history: list[dict] = []
-        os.makedirs(cfg.run_dir, exist_ok=True)
-        if self.accelerator.is_main_process:
-            with open(os.path.join(cfg.run_dir, "config.json"), "w") as f:
-                f.write(cfg.to_json())
-        self._resume()
 
     # ------------------------------------------------------------------------------------------------ data
     def env_factory(self):
@@ -132,11 +161,19 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------- training
     def train_step(self) -> dict:
-        """One step: horizon, rollout of this process's share of the step's groups, credit, update, weight sync."""
-        cfg, step = self.cfg, self.step + 1
-        t0 = time.perf_counter()
-        rounds = self.rounds_at(step)
-        stats = RolloutStats()
+        """One step: rollout of this process's share of the step's groups, the update (credit and PPO epochs), the
+        weight sync into the engine, and the step's record (metrics, health check, checkpoint)."""
+        step, t0 = self.step + 1, time.perf_counter()
+        played = self.rollout(step)
+        update = self.learn(played, step)
+        sync = self.sync(played)
+        return self.record(step, played, update, sync, t0)
+
+    def rollout(self, step: int) -> Played:
+        """This process's share of the step's groups, played at the step's horizon and logged; the episodes that
+        failed in the env are reported and left out."""
+        cfg, t0 = self.cfg, time.perf_counter()
+        rounds, stats = self.rounds_at(step), RolloutStats()
         params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
                                 seed=mix_seed(cfg.seed, step))
         items, rank, world = self.items_for_step(step), self.parallel.rank, self.parallel.world
@@ -144,34 +181,46 @@ class Trainer:
         trajs = run_episodes(self.engine, self.env_factory, [items[g] for g in mine], self.chat,
                              n=cfg.samples_per_prompt, max_rounds=rounds, params=params, group_ids=mine,
                              max_total_tokens=cfg.max_total_tokens, env_timeout=cfg.env_timeout,
-                             max_concurrency=cfg.max_envs, stats=stats, first_episode=rank * 1_000_000)
+                             max_concurrency=cfg.max_envs, stats=stats,
+                             first_episode=mix_seed(rank, 0, stride=EPISODES_PER_PROCESS))
         suffix = "" if rank == 0 else f"-rank{rank}"
         write_rollout_log(os.path.join(cfg.run_dir, "rollouts", f"step_{step:05d}{suffix}.jsonl"), trajs, step=step,
                           max_rounds=rounds)
-        t_rollout = time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
         failed = [t for t in trajs if t.failed]
         if failed:
             self.log(f"step {step}: {len(failed)} episode(s) failed in the env and are excluded: {failed[0].failed}")
         usable = [t for t in trajs if not t.failed and t.num_policy_tokens > 0]
         if not usable:   # (with several processes this one would leave the others waiting: fail loudly)
             raise RuntimeError(f"step {step}: no usable episode ({len(failed)} failed): check the env server")
-        groups = TrajectoryGroup.of(usable)
-        train_on = self.groups_to_train(groups) if cfg.filter_groups else groups
+        return Played(rounds, trajs, TrajectoryGroup.of(usable), stats, seconds)
+
+    def learn(self, played: Played, step: int) -> dict:
+        """The update on the step's groups (with filter_groups, those `groups_to_train` chooses), while the engine
+        sleeps; its metrics and how many groups it trained."""
+        train_on = self.groups_to_train(played.groups) if self.cfg.filter_groups else played.groups
         self.engine.sleep()   # its device memory goes to the update; the weight sync takes it back
         update = self.update(train_on, step)
-        learn = update["optimizer_steps"] > 0
-        t_sync = time.perf_counter()
+        return {"groups_trained": len(train_on) if update["optimizer_steps"] > 0 else 0, **update}
+
+    def sync(self, played: Played) -> dict:
+        """The new weights into the engine, and how far the engine's log-probs are from the trainer's after it."""
+        t0 = time.perf_counter()
         self.sync_engine()
-        sync_error = self.sync_error(usable[0].input_ids[:SYNC_PROBE_TOKENS])
-        metrics = {"step": step, "max_rounds": rounds, **episode_metrics(trajs, groups), "sync_error": sync_error,
-                   "groups_trained": len(train_on) if learn else 0,
+        probe = played.groups[0].episodes[0].input_ids[:SYNC_PROBE_TOKENS]
+        return {"sync_error": self.sync_error(probe), "sync_seconds": time.perf_counter() - t0}
+
+    def record(self, step: int, played: Played, update: dict, sync: dict, t0: float) -> dict:
+        """The step's metrics (the mean over processes; counts and loss shares summed), kept in the history and
+        metrics.jsonl; then the run-health check and, when due, a checkpoint."""
+        cfg, stats = self.cfg, played.stats
+        metrics = {"step": step, "max_rounds": played.rounds, **episode_metrics(played.episodes, played.groups),
+                   "sync_error": sync["sync_error"], "groups_trained": update["groups_trained"],
                    "rollout_tokens_per_s": stats.tokens_per_s, "env_steps_per_s": stats.env_steps_per_s,
-                   "rollout_seconds": t_rollout, "sync_seconds": time.perf_counter() - t_sync,
+                   "rollout_seconds": played.seconds, "sync_seconds": sync["sync_seconds"],
                    "generate_seconds": stats.generate_seconds, "cache_fallbacks": stats.cache_fallbacks, **update}
         if "success_in_reach" in self.schedule.reads:   # the schedule watches it: measure it
-            reach = envs.expert_turns(cfg.env, sorted({t.item_id for t in usable}))
-            metrics["success_in_reach"] = _mean([float(t.success) for t in usable
-                                                 if reach[t.item_id] is not None and reach[t.item_id] <= rounds])
+            metrics["success_in_reach"] = self.success_in_reach(played)
         metrics["step_seconds"] = time.perf_counter() - t0
         metrics["torch_threads"] = torch.get_num_threads()   # the seconds above ran on these (threads=0: chosen at run)
         metrics = self.parallel.mean_metrics(metrics, SUMMED_METRICS)
@@ -188,6 +237,13 @@ class Trainer:
         if step % cfg.save_every == 0 or step == cfg.steps:
             self.save_checkpoint()
         return metrics
+
+    def success_in_reach(self, played: Played) -> float:
+        """Success over the usable episodes whose item the expert solves within the step's horizon."""
+        usable = [t for g in played.groups for t in g.episodes]
+        reach = envs.expert_turns(self.cfg.env, sorted({t.item_id for t in usable}))
+        return _mean([float(t.success) for t in usable if reach[t.item_id] is not None
+                      and reach[t.item_id] <= played.rounds])
 
     def groups_to_train(self, groups: list[TrajectoryGroup]) -> list[TrajectoryGroup]:
         """DAPO's dynamic sampling, decided over all processes: the first prompts_per_step groups of the step (in
@@ -402,8 +458,9 @@ class Trainer:
                  max_rounds: int | None = None) -> dict:
         cfg = self.cfg
         item_ids = item_ids if item_ids is not None else self.test_items()
+        # the evaluations' stream, seed + 17 (stride 1): the seed every evaluation of a trainer samples with
         params = SamplingParams(temperature=cfg.eval_temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
-                                seed=cfg.seed + 17)
+                                seed=mix_seed(cfg.seed, 17, stride=1))
         trajs_out: list = []
         result = evaluate(self.engine, self.env_factory, item_ids, self.chat, n=n or cfg.eval_samples,
                           max_rounds=max_rounds or cfg.eval_rounds, params=params,
@@ -421,6 +478,11 @@ class Trainer:
                                             "critic": (self.critic, self.critic_optimizer)})
 
     def _resume(self) -> None:
+        """The run's folder with its config.json; a run that has a checkpoint there continues from it."""
+        os.makedirs(self.cfg.run_dir, exist_ok=True)
+        if self.accelerator.is_main_process:
+            with open(os.path.join(self.cfg.run_dir, "config.json"), "w") as f:
+                f.write(self.cfg.to_json())
         resumed = checkpoint.resume(self.accelerator, self.cfg.run_dir, self._sharded())
         if resumed is None:
             return
