@@ -56,9 +56,9 @@ KEY_FIGURES = {
 
 
 # the lessons whose cpu run takes more than ~15 minutes on 2 cores (the README's table): rendered at smoke unless --full
-CPU_MINUTES = {"04_fixed_horizon": "~13 min after a ~2 h nano build",
-               "05_scalinginter": "~20 min after a ~2 h nano build", "06b_running_a_grid": "35-40 min",
-               "07_pass_at_k": "30-37 min"}
+CPU_MINUTES = {"04_fixed_horizon": "10-15 min on the one-room track (an estimate)",
+               "05_scalinginter": "25-30 min on the one-room track with its comparison (an estimate)",
+               "06b_running_a_grid": "35-40 min", "07_pass_at_k": "30-37 min"}
 
 
 def lesson_preset(notebook: str, preset: str, full: bool) -> str:
@@ -120,7 +120,7 @@ def render_lesson(executed: str, notebook: str, out_dir: str = LESSONS, *, root:
     files = f"{lesson}_files"
     with open(executed + ".json") as f:
         stamp = json.load(f)
-    pictured = coloured_html_as_png(nbformat.read(executed, as_version=4))
+    pictured = coloured_html_as_png(for_the_page(nbformat.read(executed, as_version=4), notebook, out_dir))
     body, resources = MarkdownExporter().from_notebook_node(pictured, resources={"output_files_dir": files})
     body = body.replace(os.path.abspath(root) + os.sep, "")   # paths the lesson printed, relative to the checkout
     shutil.rmtree(os.path.join(out_dir, files), ignore_errors=True)
@@ -136,10 +136,13 @@ def render_lesson(executed: str, notebook: str, out_dir: str = LESSONS, *, root:
     if preset == "smoke" and lesson in CPU_MINUTES:
         took += (f" (the small setting its tests use: at the cpu preset it takes {CPU_MINUTES[lesson]} on 2 cores; "
                  f"`scripts/book.py --full` renders it there)")
+    with open(notebook) as f:   # a lesson without exercises says nothing about them
+        solved = "solutions_under_ci(" in f.read()
     head = (f"<!-- rendered lesson: {json.dumps(made)} -->\n\n"
             f"> The lesson [`{made['notebook']}`]({link}) as it ran at the `{preset}` preset{took} on "
-            f"{made['date']}, commit {made['commit']}, on a {made['machine']}; its exercises ran with their "
-            f"reference solutions. The notebook itself is committed without outputs.\n\n")
+            f"{made['date']}, commit {made['commit']}, on a {made['machine']}"
+            + ("; its exercises ran with their reference solutions" if solved else "")
+            + ". The notebook itself is committed without outputs.\n\n")
     target = os.path.join(out_dir, f"{lesson}.md")
     with open(target, "w") as f:
         f.write(head + body)
@@ -147,6 +150,55 @@ def render_lesson(executed: str, notebook: str, out_dir: str = LESSONS, *, root:
 
 
 COLOURED = re.compile(r"style=\"[^\"]*background", re.I)   # an HTML output whose colours carry meaning
+PROGRESS_BAR = re.compile(r"\d+%\|.*\|\s*\d+/\d+")   # a tqdm bar as text: "gae:  40%|####  | 4/10 [00:03<...]"
+LINK = re.compile(r"(\]\(|href=\")([^)\"#:\s]+)(?=[)\"#])")   # a relative link's target, markdown or HTML
+
+
+def for_the_page(nb, notebook: str, out_dir: str):
+    """`nb` as a page shows it. Progress bars go: a bar's last state, frozen in the output (often "0%"), reads as
+    a stalled run, and what it counted is printed beside it. Code cells collapsed in the notebook
+    (metadata.jupyter.source_hidden: plotting and summary code) become a <details> block. Relative links of markdown
+    cells, written from notebooks/, are rebased to `out_dir`, a link to another lesson going to its page."""
+    import nbformat
+    cells = []
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in (_without_bars(o) for o in cell.get("outputs", [])) if o is not None]
+            if cell.get("metadata", {}).get("jupyter", {}).get("source_hidden"):
+                cells.append(nbformat.v4.new_markdown_cell(
+                    f"<details><summary>code</summary>\n\n```python\n{cell.source}\n```\n\n</details>"))
+                cell.metadata["transient"] = {"remove_source": True}
+        elif cell.cell_type == "markdown":
+            cell.source = LINK.sub(lambda m: m.group(1) + _rebased(m.group(2), notebook, out_dir), cell.source)
+        cells.append(cell)
+    nb.cells = cells
+    nb.metadata.pop("widgets", None)
+    return nb
+
+
+def _without_bars(output):
+    """An output without its progress bars: None for a widget (or text) that is only a bar, a stream without the
+    lines that are."""
+    if output.get("output_type") == "stream":
+        lines = [line for line in re.split(r"(?<=\n)|\r", output.get("text", "")) if not PROGRESS_BAR.search(line)]
+        output["text"] = "".join(lines)
+        return output if output["text"].strip() else None
+    data = output.get("data", {})
+    plain = data.get("text/plain", "")
+    if PROGRESS_BAR.search("".join(plain) if isinstance(plain, list) else plain) and not {
+            "image/png", "text/html"} & set(data):
+        return None
+    return output
+
+
+def _rebased(target: str, notebook: str, out_dir: str) -> str:
+    """A link target written relative to the notebook's folder, relative to `out_dir` instead; another lesson's
+    notebook becomes its page there (<out_dir>/<lesson>.md)."""
+    here = os.path.dirname(os.path.abspath(notebook))
+    path = os.path.normpath(os.path.join(here, target))
+    if path.endswith(".ipynb") and os.path.dirname(path) == here:
+        return os.path.splitext(os.path.basename(path))[0] + ".md"
+    return os.path.relpath(path, os.path.abspath(out_dir))
 
 
 def coloured_html_as_png(nb):

@@ -71,7 +71,7 @@ def test_a_rendered_lesson_records_where_it_came_from_and_goes_stale_when_its_no
     figures = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", text)
     assert len(figures) >= 2 and all((lessons / f).exists() for f in figures), figures
     assert sum((lessons / f).stat().st_size for f in figures) < 1_000_000
-    assert "✓ pass@k" in text and "(the reference solution, AGENTGYM_NB_SOLUTIONS=1)" in text
+    assert "✓ RLOO advantages" in text and "(the reference solution, AGENTGYM_NB_SOLUTIONS=1)" in text
     assert "# 00b · RL for LLM agents in one page" in text
     assert book.stale_renders(str(lessons), str(tmp_path)) == []
     nb = json.load(open(notebook))
@@ -125,3 +125,38 @@ def test_the_book_runs_the_long_lessons_at_smoke_unless_full_and_their_pages_say
         if made["preset"] == "smoke" and lesson in book.CPU_MINUTES:
             assert f"at the cpu preset it takes {book.CPU_MINUTES[lesson]}" in open(path).read(), path
         assert ROOT not in open(path).read(), f"{path} prints a path of the machine that made it"
+
+
+@needs("nbformat")
+def test_a_page_drops_progress_bars_collapses_hidden_code_and_rebases_links(tmp_path):
+    """What a rendered page shows of an executed lesson: no progress bar (a bar's frozen last state, often "0%",
+    reads as a stalled run), hidden code behind <details>, links written from notebooks/ rebased to docs/lessons/
+    (another lesson's notebook becomes its page), and no word of exercises for a lesson without them."""
+    import nbformat
+    book = _book()
+    bar = "gae:   0%|          | 0/10 [00:00<?, ?it/s]"
+    widget = nbformat.v4.new_output("display_data", {"application/vnd.jupyter.widget-view+json": {"model_id": "x"},
+                                                     "text/plain": bar})
+    stream = nbformat.v4.new_output("stream", name="stderr", text=f"\r{bar}\rgae:  50%|#####     | 5/10 [00:01<00:01]"
+                                                                 "\nstep 1: reward 0.100\n")
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("See [the trainer](../agentgym_nb/train/rl.py), [the next lesson]"
+                                      "(01_rollout_anatomy.ipynb), <a href=\"../README.md#start-here\">start</a> and "
+                                      "[a paper](https://arxiv.org/abs/2509.08755)."),
+        nbformat.v4.new_code_cell("train()", outputs=[widget, stream]),
+        nbformat.v4.new_code_cell("plot_everything()", metadata={"jupyter": {"source_hidden": True}})])
+    (tmp_path / "notebooks").mkdir()
+    notebook = tmp_path / "notebooks" / "99_page.ipynb"
+    nbformat.write(nb, str(notebook))
+    executed = str(tmp_path / "executed.ipynb")
+    nbformat.write(nb, executed)
+    json.dump({"preset": "smoke", "source_sha256": book.source_hash(str(notebook)), "seconds": 1,
+               "commit": "abc1234", "date": "2026-01-02"}, open(executed + ".json", "w"))
+    out = book.render_lesson(executed, str(notebook), str(tmp_path / "docs" / "lessons"), root=str(tmp_path))
+    text = open(out).read()
+    assert "%|" not in text and "step 1: reward 0.100" in text
+    assert "<details><summary>code</summary>\n\n```python\nplot_everything()\n```\n\n</details>" in text
+    assert text.count("plot_everything()") == 1
+    assert "(../../agentgym_nb/train/rl.py)" in text and "(01_rollout_anatomy.md)" in text
+    assert 'href="../../README.md#start-here"' in text and "(https://arxiv.org/abs/2509.08755)" in text
+    assert "exercises" not in text.split("\n\n")[1]
