@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from agentgym_nb import exercises
-from agentgym_nb.exercises import check
 from harness import needs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,32 +22,16 @@ def solution(lesson: str, name: str):
     return getattr(exercises.load_solutions(lesson), name)
 
 
-def test_check_ticks_a_right_answer_raises_on_a_wrong_one_and_leaves_a_blank_one_unticked(capsys):
-    check("a number", 0.5004, 0.5)
-    check("an array", [[1.0, 0.0]], np.array([[1.0, 0.0]]))
-    check("a set of tokens", {"go", "to"}, {"to", "go"})
-    assert capsys.readouterr().out.count("✓") == 3
-    check("x", None, 1.0)
-    out = capsys.readouterr().out
-    assert "not answered yet" in out and "✓" not in out
-    with pytest.raises(AssertionError, match="not yet \\(off by up to 0.1"):
-        check("x", 0.6, 0.5)
-    with pytest.raises(AssertionError, match="expected shape \\(2,\\), got a number"):
-        check("x", 1.0, [1.0, 2.0])
-    with pytest.raises(AssertionError, match="x: not yet$"):
-        check("x", {"go"}, {"go", "to"})
-
-
 def test_solutions_stand_in_only_under_the_variable(monkeypatch, capsys):
     def blank(n, c, k):
         return None
 
     namespace = {"my_pass_at_k": blank}
     monkeypatch.delenv(exercises.SOLUTIONS_ENV, raising=False)
-    assert exercises.solutions_under_ci("00b_rl_in_one_page", namespace) == []
+    assert exercises.solutions_under_ci("07_pass_at_k", namespace) == []
     assert namespace["my_pass_at_k"] is blank
     monkeypatch.setenv(exercises.SOLUTIONS_ENV, "1")
-    assert exercises.solutions_under_ci("00b_rl_in_one_page", namespace) == ["my_pass_at_k"]
+    assert exercises.solutions_under_ci("07_pass_at_k", namespace) == ["my_pass_at_k"]
     assert namespace["my_pass_at_k"](4, 1, 2) == pytest.approx(0.5)
     with pytest.raises(FileNotFoundError, match="lessons with solutions: \\['00b_rl_in_one_page'"):
         exercises.solutions_under_ci("99_no_such_lesson", namespace)
@@ -63,11 +46,11 @@ def _lesson(path: Path) -> tuple[list[str], str]:
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_a_lesson_holds_blank_answers_and_its_solutions_live_in_notebooks_solutions(path):
+def test_a_lesson_holds_blank_answers_and_its_solutions_live_in_a_hidden_folder(path):
     sources, lesson = _lesson(path)
     assert not any(s.lstrip().startswith("# solution") for s in sources), "a solution cell sits in the lesson"
     if not (exercises.SOLUTIONS_DIR / f"{lesson}.py").exists():
-        assert not any("exercises" in s for s in sources), "a lesson with exercises needs its notebooks/solutions file"
+        assert not any("exercises" in s for s in sources), "a lesson with exercises needs its notebooks/.solutions file"
         return
     calls = [s for s in sources if f'solutions_under_ci("{lesson}", globals())' in s]
     assert len(calls) == 1, f"one cell calls exercises.solutions_under_ci({lesson!r}, globals()) before its checks"
@@ -91,11 +74,14 @@ def test_a_lesson_holds_blank_answers_and_its_solutions_live_in_notebooks_soluti
             assert isinstance(node.value, ast.Constant) and node.value.value is None, f"{name} is not None"
 
 
-def test_there_are_five_exercises_where_the_learner_writes_code():
+def test_every_lesson_from_00b_on_asks_for_code_and_the_solutions_hide_from_jupyterlab():
+    """Every answer is a function the learner writes (no number to fill in), every lesson but 00 has one, and the
+    solutions sit in a dot-folder, which JupyterLab's file browser does not list."""
+    assert exercises.SOLUTIONS_DIR.name.startswith(".")
+    lessons = {p.stem for p in NOTEBOOKS} - {"00_env_setup"}
     coded = {lesson: [n for n in exercises.load_solutions(lesson).__all__
-                      if callable(getattr(exercises.load_solutions(lesson), n))]
-             for lesson in (p.stem for p in exercises.SOLUTIONS_DIR.glob("*.py"))}
-    assert sum(len(v) for v in coded.values()) >= 5, coded
+                      if callable(getattr(exercises.load_solutions(lesson), n))] for lesson in lessons}
+    assert all(coded.values()) and all(len(v) == len(exercises.load_solutions(k).__all__) for k, v in coded.items())
 
 
 # ---------------------------------------------------------------------------------------------------------- pass@k
@@ -111,22 +97,8 @@ def test_pass_at_k_checker(capsys):
     with pytest.raises(AssertionError, match="raise ValueError"):
         exercises.check_pass_at_k(lambda n, c, k: 1 - math.comb(n - c, k) / math.comb(n, k) if k <= n else 1.0,
                                   8, counts)
-    exercises.check_pass_at_k(solution("00b_rl_in_one_page", "my_pass_at_k"), 8, counts)
+    exercises.check_pass_at_k(solution("07_pass_at_k", "my_pass_at_k"), 8, counts)
     assert "✓ pass@k" in capsys.readouterr().out
-
-
-def test_pass_hat_k_checker(capsys):
-    counts = [0, 1, 3, 8]   # successes of 4 tasks, 8 samples each
-    exercises.check_pass_hat_k(lambda n, c, k: None, 8, counts)
-    assert "not answered yet" in capsys.readouterr().out
-    with pytest.raises(AssertionError, match="that is \\(c/n\\)\\^k, as if the k tries were drawn with replacement"):
-        exercises.check_pass_hat_k(lambda n, c, k: (c / n) ** k, 8, counts)
-    with pytest.raises(AssertionError, match="that is pass@k"):
-        exercises.check_pass_hat_k(lambda n, c, k: 1 - math.comb(n - c, k) / math.comb(n, k), 8, counts)
-    with pytest.raises(AssertionError, match="raise ValueError"):
-        exercises.check_pass_hat_k(lambda n, c, k: math.comb(c, k) / math.comb(n, k) if k <= n else 0.0, 8, counts)
-    exercises.check_pass_hat_k(solution("07_pass_at_k", "my_pass_hat_k"), 8, counts)
-    assert "✓ pass^k" in capsys.readouterr().out
 
 
 # ------------------------------------------------------------------------------------------- intervals over seeds
@@ -344,32 +316,257 @@ def test_ppo_loss_checker(played, nano_dir, tokenizer, capsys):
     assert "✓ the PPO-clip loss" in capsys.readouterr().out
 
 
-# ----------------------------------------------------------------------------------------------------- schedule
 
-def test_horizon_checker(capsys):
-    history = [{"step": k, "max_rounds": [2, 4, 6][min((k - 1) // 3, 2)]} for k in range(1, 10)]
-    exercises.check_horizon(lambda step, rounds, every: None, [2, 4, 6], 3, 9, history)
+@pytest.fixture(scope="module")
+def moved(played, nano_dir, tokenizer):
+    """The real batch's log-probs under the smoke nano (the reference) and under the nano after a small step."""
+    from transformers import AutoModelForCausalLM
+
+    from agentgym_nb.algos.losses import token_logprobs
+    x, _, _ = _batch_tensors(played[0], tokenizer)
+    model = AutoModelForCausalLM.from_pretrained(nano_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        ref = token_logprobs(model, x["input_ids"], x["attention_mask"])
+        for p in model.parameters():   # the policy after a small step: other weights, other log-probs
+            p.add_(0.01 * torch.randn(p.shape, generator=torch.Generator().manual_seed(0)))
+        logp = token_logprobs(model, x["input_ids"], x["attention_mask"])
+    return x, ref, logp, model
+
+
+@pytest.mark.filterwarnings("ignore:std\\(\\)")
+def test_rloo_checker(played, tokenizer, capsys):
+    x, scores, group = _batch_tensors(played[0], tokenizer)
+    mask = x["loss_mask"]
+    reference = solution("00b_rl_in_one_page", "my_rloo")
+
+    def per_group(fn):
+        def estimator(s, g, m):
+            adv = torch.zeros(len(s))
+            for k in g.unique():
+                members = g == k
+                adv[members] = fn(s[members]) if members.sum() > 1 else 0.0
+            return adv[:, None] * m
+        return estimator
+
+    exercises.check_rloo(lambda s, g, m: None, scores, group, mask)
     assert "not answered yet" in capsys.readouterr().out
-    with pytest.raises(AssertionError, match="Steps count from 1"):
-        exercises.check_horizon(lambda s, r, e: r[min(s // e, len(r) - 1)], [2, 4, 6], 3, 9, history)
-    with pytest.raises(AssertionError, match="IndexError .*clamp the stage number"):
-        exercises.check_horizon(lambda s, r, e: r[(s - 1) // e], [2, 4, 6], 3, 9, history)
-    with pytest.raises(AssertionError, match="the run's metrics say step 4 played at H = 2; your function gives 4"):
-        exercises.check_horizon(solution("05_scalinginter", "my_horizon"), [2, 4, 6], 3, 9,
-                                [{"step": 4, "max_rounds": 2}])
-    exercises.check_horizon(solution("05_scalinginter", "my_horizon"), [2, 4, 6], 3, 9, history)
-    assert "✓ the horizon schedule" in capsys.readouterr().out
+    for wrong, message in (
+            (per_group(lambda s: s - s.mean()), "which holds the episode itself"),
+            (per_group(lambda s: (s - s.mean()) / (s.std() + 1e-6)), "that is GRPO"),
+            (lambda s, g, m: (s - (s.sum() - s) / (len(s) - 1))[:, None] * m, "out of the whole batch"),
+            (lambda s, g, m: reference(s, g, m) + (1 - m), "has loss_mask 0")):
+        with pytest.raises(AssertionError, match=message):
+            exercises.check_rloo(wrong, scores, group, mask)
+
+    def zero_division(s, g, m):   # a group of one: (0 / 0)
+        adv = torch.zeros(len(s))
+        for k in g.unique():
+            members = g == k
+            adv[members] = s[members] - (s[members].sum() - s[members]) / (members.sum() - 1)
+        return adv[:, None] * m
+
+    with pytest.raises(AssertionError, match="no other member to average"):
+        exercises.check_rloo(zero_division, scores, group, mask)
+    exercises.check_rloo(reference, scores, group, mask)
+    assert "✓ RLOO advantages" in capsys.readouterr().out
 
 
-def test_check_function_on_cases(capsys):
-    cases = [("a", (2, 3), 5), ("b", (1, 1), 2)]
-    exercises.check_function("addition", lambda a, b: a + b, cases)
-    assert capsys.readouterr().out == "✓ addition (2 cases of the real data)\n"
-    exercises.check_function("addition", lambda a, b: None, cases)
+def test_token_logprobs_checker(played, moved, capsys):
+    _, _, _, model = moved
+    sequences = [t.input_ids for t in played[0][:3]]
+    reference = solution("01_rollout_anatomy", "my_token_logprobs")
+    exercises.check_token_logprobs(lambda z, ids, temperature: None, model, sequences)
     assert "not answered yet" in capsys.readouterr().out
-    with pytest.raises(AssertionError, match="addition, b: expected 2, got 1"):
-        exercises.check_function("addition", lambda a, b: max(a, b) if a == b else a + b, cases)
 
+    def scored(table, ids):
+        return torch.cat([torch.zeros(1), table[:-1].gather(-1, ids[1:, None])[:, 0]])
+
+    for wrong, message in (
+            (lambda z, ids, T: torch.log_softmax(z / T, -1).gather(-1, ids[:, None])[:, 0], "NEXT token"),
+            (lambda z, ids, T: reference(z, ids, T).exp() * (torch.arange(len(ids)) > 0), "probabilities"),
+            (lambda z, ids, T: scored(z / T, ids), "raw logit"),
+            (lambda z, ids, T: scored(torch.log_softmax(z, -1), ids), "by the temperature before the softmax"),
+            (lambda z, ids, T: scored(torch.log_softmax(z, -1) / T, ids), "not the log-probs"),
+            (lambda z, ids, T: reference(z, ids, T)[1:], "expected shape \\[T\\]")):
+        with pytest.raises(AssertionError, match=message):
+            exercises.check_token_logprobs(wrong, model, sequences)
+    exercises.check_token_logprobs(reference, model, sequences)
+    assert "✓ the log-probability of each token" in capsys.readouterr().out
+
+
+def test_gae_checker(played, tokenizer, capsys):
+    from agentgym_nb.algos.advantages import gae
+    x, _, _ = _batch_tensors(played[0], tokenizer)
+    mask, rewards = x["loss_mask"], x["rewards"]
+    values = 0.1 * torch.cos(torch.arange(mask.numel(), dtype=torch.float32)).reshape(mask.shape)   # a critic's
+    reference = solution("03_advantage_estimators", "my_gae")
+    exercises.check_gae(lambda r, v, m, g, lam: None, rewards, values, mask)
+    assert "not answered yet" in capsys.readouterr().out
+    for wrong, message in (
+            (lambda r, v, m, g, lam: exercises._gae_variant(r, v, m.bool(), g, lam, "every"), "stepped over every"),
+            (lambda r, v, m, g, lam: exercises._gae_variant(r, v, m.bool(), g, lam, "reset"), "you reset V_next"),
+            (lambda r, v, m, g, lam: gae(r, v, m, gamma=g, lam=lam)[0], "those are whitened"),
+            (lambda r, v, m, g, lam: gae(r, v, m, gamma=g, lam=lam, whiten=False)[1], "the return A \\+ V"),
+            (lambda r, v, m, g, lam: gae(r, v, m, gamma=lam, lam=g, whiten=False)[0], "swapped"),
+            (lambda r, v, m, g, lam: gae(r, v, m, gamma=g, lam=1.0, whiten=False)[0], "lambda is missing"),
+            (lambda r, v, m, g, lam: reference(r, v, m, g, lam) + (1 - m), "has loss_mask 0")):
+        with pytest.raises(AssertionError, match=message):
+            exercises.check_gae(wrong, rewards, values, mask)
+    exercises.check_gae(reference, rewards, values, mask)
+    assert "✓ GAE over the loss mask" in capsys.readouterr().out
+
+
+def test_gigpo_steps_checker(played, tokenizer, capsys):
+    x, scores, group = _batch_tensors(played[0], tokenizer)
+    anchors = [t.anchors for t in played[0]]
+    reference = solution("03_advantage_estimators", "my_step_advantages")
+    exercises.check_gigpo_steps(lambda s, g, a, gamma: None, scores, group, anchors)
+    assert "not answered yet" in capsys.readouterr().out
+
+    def variant(**kw):
+        return lambda s, g, a, gamma: exercises._step_advantages(s, g, a, gamma, 1e-6, **kw)
+
+    for wrong, message in ((variant(discount="none"), "every turn got the whole score"),
+                           (variant(discount="start"), "from the first turn"),
+                           (variant(by_task=False), "by state alone"),
+                           (variant(ddof=0), "population std"),
+                           (variant(scale=False), "did not divide by the step group's std"),
+                           (lambda s, g, a, gamma: [[0.0] * len(x) for x in a[:-1]], "one number per turn"),
+                           (lambda s, g, a, gamma: [[math.nan] * len(x) for x in a], "gets nan")):
+        with pytest.raises(AssertionError, match=message):
+            exercises.check_gigpo_steps(wrong, scores, group, anchors)
+    exercises.check_gigpo_steps(reference, scores, group, anchors)
+    assert "✓ GiGPO's step-level advantages" in capsys.readouterr().out
+
+
+def test_k3_and_its_gradient_checkers(moved, capsys):
+    x, ref, logp, _ = moved
+    mask = x["loss_mask"]
+    k3, grad = solution("03b_update_step", "my_k3"), solution("03b_update_step", "my_k3_grad")
+    exercises.check_k3(lambda lp, r: None, logp, ref, mask)
+    exercises.check_k3_grad(lambda lp, r: None, logp, ref, mask)
+    assert capsys.readouterr().out.count("not answered yet") == 2
+    unclamped = lambda lp, r: torch.exp(r - lp) + (lp - r) - 1   # noqa: E731
+    for wrong, message in ((lambda lp, r: (torch.exp(lp - r) - (lp - r) - 1).clamp(max=10), "d = ref_logp - logp"),
+                           (unclamped, "clamped at 10"),
+                           (lambda lp, r: lp - r, "that is k1"),
+                           (lambda lp, r: 0.5 * (lp - r) ** 2, "that is k2"),
+                           (lambda lp, r: k3(lp, r).detach(), "no gradient"),
+                           (lambda lp, r: k3(lp, r).mean(), "one value per token"),
+                           (lambda lp, r: unclamped(lp, r) - (unclamped(lp, r) - 10).clamp(min=0).detach(),
+                            "their gradient")):   # the clamp's value, the unclamped gradient
+        with pytest.raises(AssertionError, match=message):
+            exercises.check_k3(wrong, logp, ref, mask)
+    exercises.check_k3(k3, logp, ref, mask)
+    d = lambda lp, r: lp - r   # noqa: E731
+    clamped = lambda lp, r: torch.exp(-d(lp, r)) + d(lp, r) - 1 >= 10   # noqa: E731
+    for wrong, message in ((lambda lp, r: 1 - torch.exp(-d(lp, r)), "its gradient is 0 there"),
+                           (lambda lp, r: torch.where(clamped(lp, r), 0.0, torch.exp(-d(lp, r)) - 1), "the sign"),
+                           (lambda lp, r: torch.where(clamped(lp, r), 0.0, -torch.exp(-d(lp, r))), "derivative 1"),
+                           (lambda lp, r: d(lp, r), "k2's gradient"),
+                           (lambda lp, r: torch.ones_like(lp), "k1's gradient")):
+        with pytest.raises(AssertionError, match=message):
+            exercises.check_k3_grad(wrong, logp, ref, mask)
+    exercises.check_k3_grad(grad, logp, ref, mask)
+    out = capsys.readouterr().out
+    assert "✓ k3: value and gradient" in out and "✓ the gradient of k3" in out
+
+
+def test_tis_weights_checker(played, moved, capsys):
+    x, ref, _, _ = moved
+    mask = x["loss_mask"].bool()
+    engine = torch.full_like(ref, float("nan"))   # what the engine reported as it sampled
+    for b, t in enumerate(played[0]):
+        engine[b, mask[b]] = torch.tensor(t.sampled_logprobs)
+    reference = solution("03b_update_step", "my_tis_weights")
+    exercises.check_tis_weights(lambda tr, en, c: None, ref, engine, mask)
+    assert "not answered yet" in capsys.readouterr().out
+    for wrong, message in ((lambda tr, en, c: torch.exp(en - tr).clamp(max=c), "upside down"),
+                           (lambda tr, en, c: torch.exp(tr - en), "not truncated"),
+                           (lambda tr, en, c: torch.exp(tr - en).clamp(1 / c, c), "only large weights are cut"),
+                           (lambda tr, en, c: (tr - en).clamp(max=math.log(c)), "log-weights"),
+                           (lambda tr, en, c: reference(tr, en, c)[:, 1:], "one weight per token")):
+        with pytest.raises(AssertionError, match=message):
+            exercises.check_tis_weights(wrong, ref, engine, mask)
+    exercises.check_tis_weights(reference, ref, engine, mask)
+    assert "✓ the TIS weights" in capsys.readouterr().out
+
+
+def test_aggregation_checker(moved, capsys):
+    from agentgym_nb.algos.losses import aggregate
+    x, ref, logp, _ = moved
+    loss, mask = -(logp - ref), x["loss_mask"]   # a per-token loss of the real batch
+    reference = solution("03b_update_step", "my_aggregate")
+    exercises.check_aggregation(lambda l, m, mode: None, loss, mask)
+    assert "not answered yet" in capsys.readouterr().out
+    other = {"token-mean": "seq-mean-token-mean", "seq-mean-token-mean": "token-mean"}
+    for wrong, message in ((lambda l, m, mode: aggregate(l, m, other[mode]), "that is seq-mean-token-mean"),
+                           (lambda l, m, mode: aggregate(l, m, "seq-mean-token-sum"), "seq-mean-token-sum"),
+                           (lambda l, m, mode: l.mean(), "averaged over every position"),
+                           (lambda l, m, mode: reference(l, m, mode) if mode == "token-mean" else
+                            ((l * m).sum(-1) / m.sum(-1).clamp(min=1)).sum() / len(l), "not counted"),
+                           (lambda l, m, mode: reference(l, m, mode) if mode == "token-mean" else
+                            ((l * m).sum(-1) / m.sum(-1)).mean(), "0 / 0")):
+        with pytest.raises(AssertionError, match=message):
+            exercises.check_aggregation(wrong, loss, mask)
+    exercises.check_aggregation(reference, loss, mask)
+    assert "✓ loss aggregation" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def logged_run(played, tmp_path_factory):
+    """A run folder as the trainer leaves it, two steps of the real batch: rollouts/step_*.jsonl and the metrics the
+    trainer computes from them (train.health.episode_metrics)."""
+    from agentgym_nb.rollout.runner import write_rollout_log
+    from agentgym_nb.rollout.trajectory import TrajectoryGroup
+    from agentgym_nb.train.health import episode_metrics
+    run = tmp_path_factory.mktemp("run")
+    with open(run / "metrics.jsonl", "w") as f:
+        for step, trajs in enumerate(played, start=1):
+            write_rollout_log(str(run / "rollouts" / f"step_{step:05d}.jsonl"), trajs, step=step, max_rounds=3)
+            usable = [t for t in trajs if not t.failed and t.num_policy_tokens > 0]
+            f.write(json.dumps({"step": step, **episode_metrics(trajs, TrajectoryGroup.of(usable))}) + "\n")
+    return str(run)
+
+
+def test_zero_adv_share_checker(logged_run, capsys):
+    runs = {"a logged run": logged_run}
+    reference = solution("04_fixed_horizon", "my_zero_adv_share")
+    assert exercises.step_episodes(logged_run).keys() == {1, 2}
+    exercises.check_zero_adv_share(lambda episodes: None, runs)
+    assert "not answered yet" in capsys.readouterr().out
+
+    def groups(episodes):
+        by = {}
+        for e in episodes:
+            by.setdefault(e["group"], []).append(e["reward"])
+        return list(by.values())
+
+    for wrong, message in ((lambda eps: sum(all(r == 0 for r in g) for g in groups(eps)) / len(groups(eps)),
+                            "all FAILED"),
+                           (lambda eps: sum(len(g) for g in groups(eps) if len(set(g)) == 1) / len(eps),
+                            "a share of episodes"),
+                           (lambda eps: 1.0, "should be")):
+        with pytest.raises(AssertionError, match=message):
+            exercises.check_zero_adv_share(wrong, runs)
+    exercises.check_zero_adv_share(reference, runs)
+    assert "✓ the zero-advantage share: equal to the trainer's zero_adv_groups on a hand-made step and 2" \
+        in capsys.readouterr().out
+
+
+def test_cut_share_checker(logged_run, capsys):
+    runs = {"a logged run": logged_run}
+    reference = solution("05_scalinginter", "my_cut_share")
+    exercises.check_cut_share(lambda episodes: None, runs)
+    assert "not answered yet" in capsys.readouterr().out
+    share = lambda test: lambda eps: sum(map(test, eps)) / len(eps)   # noqa: E731
+    for wrong, message in ((share(lambda e: not e["done"]), "token budget"),
+                           (share(lambda e: e["reward"] == 0), "you counted failures"),
+                           (share(lambda e: e["num_rounds"] >= e["max_rounds"]), "used every turn")):
+        with pytest.raises(AssertionError, match=message):
+            exercises.check_cut_share(wrong, runs)
+    exercises.check_cut_share(reference, runs)
+    assert "✓ the share cut by the horizon" in capsys.readouterr().out
 
 @pytest.mark.slow
 @needs("papermill")
@@ -383,4 +580,4 @@ def test_run_all_in_a_kernel_of_your_own_ticks_no_blank_answer(tmp_path, monkeyp
     papermill.execute_notebook(str(ROOT / "notebooks" / "00b_rl_in_one_page.ipynb"), str(out), progress_bar=False)
     text = "".join("".join(o.get("text", "")) for c in json.load(open(out))["cells"] if c["cell_type"] == "code"
                    for o in c["outputs"])
-    assert "pass@k: not answered yet" in text and "✓" not in text
+    assert "RLOO advantages: not answered yet" in text and "✓" not in text

@@ -1,4 +1,4 @@
-"""Reference answers of notebooks/00b_rl_in_one_page.ipynb (used only under AGENTGYM_NB_SOLUTIONS=1)."""
+"""Reference answers of notebooks/07_pass_at_k.ipynb (used only under AGENTGYM_NB_SOLUTIONS=1)."""
 import math
 
 __all__ = ["my_pass_at_k"]
