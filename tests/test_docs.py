@@ -1,7 +1,11 @@
-"""docs/results.md stays a results page: short, and every link into it lands on a heading it has."""
+"""docs/results.md stays a results page: short, and every link into it lands on a heading it has; the README's
+tables are made from the JSON they quote."""
 import glob
+import json
 import os
 import re
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join("docs", "results.md")
@@ -110,3 +114,72 @@ def test_the_readmes_demo_table_is_made_from_demo_json_runs_of_the_commit_it_nam
     assert table in section, f"README's demo table is not scripts/demo_table.py's for {commit}:\n{table}"
     rows = [line for line in section.splitlines() if line.startswith("| ")]   # the header and the runs: no others
     assert len(rows) == table.count("\n"), rows
+
+
+def horizon_table_in(readme: str) -> str | None:
+    """What a README quotes between the horizon study's table markers (`bench/horizon.py --table` prints them around
+    its table); None where it has no opening marker."""
+    from agentgym_nb.study.report import TABLE_MARKERS
+    opening, closing = TABLE_MARKERS
+    if opening not in readme:
+        return None
+    after = readme.split(opening, 1)[1]
+    if closing not in after:
+        raise ValueError(f"README opens the horizon study's table with {opening} but never closes it with {closing}")
+    return after.split(closing, 1)[0].strip("\n")
+
+
+def test_the_readmes_horizon_study_table_is_made_from_the_committed_report():
+    """Where README.md quotes the horizon study (between the markers), what it quotes is readme_table of the main
+    study in bench/results/horizon_study.json, line for line: no number the JSON does not hold. Without the markers
+    the table is made all the same, so the committed report always yields one."""
+    from agentgym_nb.study.report import readme_table
+    from agentgym_nb.study.settings import RESULT, Study, study_key
+    with open(RESULT) as f:
+        table = readme_table(json.load(f)["studies"][study_key(Study())])
+    quoted = horizon_table_in(open(os.path.join(ROOT, "README.md")).read())
+    assert quoted is None or quoted == table, \
+        f"README.md's horizon-study table is not `bench/horizon.py --table`'s:\n{table}"
+
+
+def test_a_readme_table_that_differs_from_the_report_is_caught():
+    from agentgym_nb.study.report import TABLE_MARKERS
+    opening, closing = TABLE_MARKERS
+    assert horizon_table_in("# Results\n\nNo study yet.\n") is None
+    assert horizon_table_in(f"# Results\n{opening}\n| a | 1 |\n{closing}\nmore") == "| a | 1 |"
+    with pytest.raises(ValueError, match="never closes"):
+        horizon_table_in(f"{opening}\n| a | 1 |\n")
+
+
+MD_LINK = re.compile(r"(?:\]\(|href=\")([^)\"\s]+)(?=[)\"])")   # a link's target, markdown or HTML
+
+
+def broken_relative_links(root: str) -> list[str]:
+    """`file: target` for every relative link of the README, the pages under docs/ (rendered lessons included) and
+    the notebooks' markdown cells (written from notebooks/) whose file is missing, or whose #anchor a markdown
+    target lacks."""
+    pages = ["README.md"] + [os.path.relpath(p, root) for p in glob.glob(os.path.join(root, "docs", "**", "*.md"),
+                                                                          recursive=True)
+                             if os.sep + "_build" + os.sep not in p]
+    texts = {path: open(os.path.join(root, path)).read() for path in pages}
+    for nb in glob.glob(os.path.join(root, "notebooks", "*.ipynb")):
+        cells = [c for c in json.load(open(nb))["cells"] if c["cell_type"] == "markdown"]
+        texts[os.path.relpath(nb, root)] = "\n".join("".join(c["source"]) for c in cells)
+    broken = []
+    for path, text in texts.items():
+        fenced = re.sub(r"```.*?```", "", text, flags=re.S)   # code blocks hold no links
+        for target in MD_LINK.findall(fenced):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            file, _, anchor = target.partition("#")
+            where = os.path.normpath(os.path.join(root, os.path.dirname(path), file))
+            if not os.path.exists(where):
+                broken.append(f"{path}: {target}")
+            elif anchor and where.endswith(".md") and anchor not in anchors(open(where).read()):
+                broken.append(f"{path}: {target} (no such heading)")
+    return broken
+
+
+def test_every_relative_link_of_the_readme_the_docs_and_the_notebooks_resolves():
+    broken = broken_relative_links(ROOT)
+    assert not broken, "links to files or headings that do not exist: " + "; ".join(broken)
