@@ -13,7 +13,7 @@ from agentgym_nb.envs.base import EnvError
 from agentgym_nb.envs.http import start_server
 from agentgym_nb.rollout.engine import Completion, SamplingParams
 from agentgym_nb.rollout.runner import (RolloutStats, add_completion, anchor_of, fold_env_reply, reset_env,
-                                        run_episodes, step_env)
+                                        run_episodes, run_groups, step_env)
 from agentgym_nb.rollout.trajectory import Trajectory
 
 
@@ -149,6 +149,11 @@ def test_episodes_carry_the_group_ids_they_were_given(hf_nano, chat):
     assert [t.input_ids for t in default] == [t.input_ids for t in trajs]   # the numbering changes nothing else
     with pytest.raises(ValueError, match="got 1 group ids for 2 items"):
         run_episodes(hf_nano, lambda: envs.make("babyai"), [3, 8], chat, group_ids=[5])
+    groups = run_groups(hf_nano, lambda: envs.make("babyai"), [3, 8], chat, n=2, max_rounds=1, params=params,
+                        group_ids=[5, 9], max_total_tokens=1500)
+    assert [(g.id, g.item_id, len(g.episodes)) for g in groups] == [(5, 3, 2), (9, 8, 2)]   # as played, by item
+    assert [t.input_ids for g in groups for t in g.episodes] == [t.input_ids for t in trajs]
+    assert all(t.group == g.id for g in groups for t in g.episodes)
 
 
 

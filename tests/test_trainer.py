@@ -131,7 +131,7 @@ def advantages_the_loss_gets(trainer):
     seen, real_loss = [], trainer._loss
 
     def recording_loss(mb, per_token, *args):
-        seen.append((mb["turn_ids"], mb["loss_mask"].bool(), per_token["adv"]))
+        seen.append((mb["turn_ids"], mb["loss_mask"].bool(), per_token.adv))
         return real_loss(mb, per_token, *args)
 
     trainer._loss = recording_loss
@@ -236,6 +236,7 @@ def test_the_trainer_loss_applies_the_configured_clip_and_dual_clip(tmp_path, na
     -min(148.4, 1 + eps_high) = -(1 + eps_high), so clip_ratio_high = 0.28 gives -1.28."""
     from agentgym_nb.rollout.trajectory import collate
     from agentgym_nb.algos.losses import token_logprobs
+    from agentgym_nb.train.rl import PerToken
     trainer = Trainer(smoke_config(tmp_path, "clip", engine="hf", clip_ratio_high=0.28, clip_ratio_c=3.0),
                       log=lambda *a: None)
     batch = trainer._on_device(collate(real_rollouts_with_known_scores(trainer), trainer.tokenizer.pad_token_id))
@@ -246,8 +247,8 @@ def test_the_trainer_loss_applies_the_configured_clip_and_dual_clip(tmp_path, na
     def pg_loss(adv_sign: float, **cfg_changes) -> dict:
         for k, v in cfg_changes.items():
             setattr(trainer.cfg, k, v)
-        per_token = {"old_logp": logp - 5.0, "ref_logp": logp, "adv": adv_sign * mask.float(),
-                     "old_values": torch.zeros_like(logp), "returns": torch.zeros_like(logp)}
+        per_token = PerToken(old_logp=logp - 5.0, ref_logp=logp, adv=adv_sign * mask.float(),
+                             old_values=torch.zeros_like(logp), returns=torch.zeros_like(logp))
         with torch.no_grad():
             return trainer._loss(batch, per_token, int(mask.sum()), int((mask.sum(-1) > 0).sum()))[1]
 
@@ -406,9 +407,9 @@ def test_truncated_importance_sampling_weights_reach_the_loss(tmp_path, nano_dir
     engine = torch.full(m.shape, float("nan"))
     for b, t in enumerate(trajs):
         engine[b, m[b]] = torch.tensor(t.sampled_logprobs)
-    expected = truncated_is_weights(per_token["old_logp"], engine, 1.2)
-    assert torch.allclose(per_token["is_weights"][m], expected[m])
-    w = per_token["is_weights"][m]
+    expected = truncated_is_weights(per_token.old_logp, engine, 1.2)
+    assert torch.allclose(per_token.is_weights[m], expected[m])
+    w = per_token.is_weights[m]
     assert (w == 1.2).any() and (w < 0.9).any()
     assert out["tis_weight_mean"] == pytest.approx(float(w.mean())) and 0 < out["tis_truncated"] < 1
     trainer.close()

@@ -28,7 +28,7 @@ import torch
 from ..envs.base import Env, EnvError, Step
 from ..seeds import mix_seed
 from .engine import Completion, Engine, SamplingParams
-from .trajectory import ChatFormat, Trajectory
+from .trajectory import ChatFormat, Trajectory, TrajectoryGroup
 
 LINGER = 0.5   # wait for more env replies up to this share of the previous generate call's duration, ...
 GAP = 0.01     # ... and beyond it while replies keep arriving at most this many seconds apart
@@ -186,6 +186,15 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
     stats.seconds += time.perf_counter() - t0
     finished.sort(key=lambda t: t.episode)   # the order played, not the order finished: a rerun gets the same list
     return finished
+
+
+def run_groups(engine: Engine, env_factory: Callable[[], Env], item_ids: list[int], chat: ChatFormat, *,
+               n: int = 1, group_ids: list[int] | None = None, **options) -> list[TrajectoryGroup]:
+    """`run_episodes`, its episodes returned by item: group j holds the `n` episodes of item j, in the order played,
+    under the id `group_ids[j]` (default j). `options` are run_episodes' own."""
+    episodes = run_episodes(engine, env_factory, item_ids, chat, n=n, group_ids=group_ids, **options)
+    ids = range(len(item_ids)) if group_ids is None else group_ids
+    return [TrajectoryGroup(g, item, episodes[j * n:(j + 1) * n]) for j, (g, item) in enumerate(zip(ids, item_ids))]
 
 
 def _time_left(waiting: dict) -> float:

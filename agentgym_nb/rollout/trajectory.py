@@ -1,4 +1,4 @@
-"""The RolloutHandler: a multi-turn episode as one growing list of token ids with exact masks.
+"""`Trajectory` (AgentGym-RL's RolloutHandler): a multi-turn episode as one growing list of token ids with exact masks.
 
 Why token ids and not text: the policy gradient needs log pi(sampled token), so the training sequence must hold
 exactly the ids the engine sampled. Decoding a reply and re-encoding it can give different ids (BPE merges across

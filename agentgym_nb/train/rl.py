@@ -1,8 +1,8 @@
 """Online RL for multi-turn agents (GRPO by default), one Accelerate process on a laptop, the same code on GPUs.
 
 One training step:
-    1. horizon   H = schedule.rounds_at(step)                    (ScalingInter-RL: short first, longer later)
-    2. rollout   items_for_step(step) x n episodes, each at most H replies, sampled by the engine
+    1. horizon   max_rounds = schedule.rounds_at(step)           (ScalingInter-RL: short first, longer later)
+    2. rollout   items_for_step(step) x n episodes, each at most max_rounds replies, sampled by the engine
                  (with filter_groups: oversampled items, then only groups whose scores differ are kept: a group
                  where every episode scored the same has zero advantage and would only dilute the update; when
                  no group is left and, without a critic, every advantage on every process is 0, the step measures
@@ -22,12 +22,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import dataclasses
 import functools
 import json
 import os
 import random
 import time
-from dataclasses import dataclass
 
 import torch
 
@@ -38,7 +38,7 @@ from ..algos.losses import (aggregate, explained_variance, kl_penalty, policy_lo
 from ..config import PRESETS, RunConfig, item_pool, make_config, round_schedule
 from ..evaluate.run import evaluate
 from ..rollout.engine import HFEngine, SamplingParams, load_pretrained, make_engine
-from ..rollout.runner import RolloutStats, run_episodes, write_rollout_log
+from ..rollout.runner import RolloutStats, run_groups, write_rollout_log
 from ..rollout.trajectory import ChatFormat, Trajectory, TrajectoryGroup, collate
 from ..seeds import mix_seed
 from . import checkpoint
@@ -55,14 +55,33 @@ SUMMED_METRICS = ("pg_loss", "kl", "entropy", "clip_frac", "value_loss", "value_
 EPISODES_PER_PROCESS = 1_000_000   # each process numbers its episodes in a range of its own: they sample apart
 
 
-@dataclass
+@dataclasses.dataclass
 class Played:
     """What one step's rollout gave this process."""
-    rounds: int                     # the step's horizon
+    max_rounds: int                 # the step's horizon: the replies an episode could make
+    groups: list[TrajectoryGroup]   # the usable episodes (neither failed in the env nor without a reply), by group
     episodes: list[Trajectory]      # every episode it played, those that failed in the env included
-    groups: list[TrajectoryGroup]   # the usable episodes (not failed, with policy tokens), by group
     stats: RolloutStats
     seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class PerToken:
+    """What the update's losses read per token, [B, T] each: the sampled tokens' log-probs under the policy before the
+    update (the PPO ratio's denominator) and under the frozen reference, the critic's values, the advantages, the
+    returns (of the estimators that have them: the value loss's targets) and, with tis_cap, the truncated importance
+    weights."""
+    old_logp: torch.Tensor
+    ref_logp: torch.Tensor
+    old_values: torch.Tensor
+    adv: torch.Tensor
+    returns: torch.Tensor | None = None
+    is_weights: torch.Tensor | None = None
+
+    def map(self, fn) -> PerToken:
+        """`fn` applied to every tensor (a micro-batch's rows, its length, its device)."""
+        return PerToken(**{f.name: None if getattr(self, f.name) is None else fn(getattr(self, f.name))
+                           for f in dataclasses.fields(self)})
 
 
 class Trainer:
@@ -173,27 +192,30 @@ class Trainer:
         """This process's share of the step's groups, played at the step's horizon and logged; the episodes that
         failed in the env are reported and left out."""
         cfg, t0 = self.cfg, time.perf_counter()
-        rounds, stats = self.rounds_at(step), RolloutStats()
+        max_rounds, stats = self.rounds_at(step), RolloutStats()
         params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
                                 seed=mix_seed(cfg.seed, step))
         items, rank, world = self.items_for_step(step), self.parallel.rank, self.parallel.world
         mine = list(range(rank, len(items), world))   # data parallel: each process plays its share of the groups
-        trajs = run_episodes(self.engine, self.env_factory, [items[g] for g in mine], self.chat,
-                             n=cfg.samples_per_prompt, max_rounds=rounds, params=params, group_ids=mine,
-                             max_total_tokens=cfg.max_total_tokens, env_timeout=cfg.env_timeout,
-                             max_concurrency=cfg.max_envs, stats=stats,
-                             first_episode=mix_seed(rank, 0, stride=EPISODES_PER_PROCESS))
+        played = run_groups(self.engine, self.env_factory, [items[g] for g in mine], self.chat,
+                            n=cfg.samples_per_prompt, max_rounds=max_rounds, params=params, group_ids=mine,
+                            max_total_tokens=cfg.max_total_tokens, env_timeout=cfg.env_timeout,
+                            max_concurrency=cfg.max_envs, stats=stats,
+                            first_episode=mix_seed(rank, 0, stride=EPISODES_PER_PROCESS))
+        episodes = [t for g in played for t in g.episodes]
         suffix = "" if rank == 0 else f"-rank{rank}"
-        write_rollout_log(os.path.join(cfg.run_dir, "rollouts", f"step_{step:05d}{suffix}.jsonl"), trajs, step=step,
-                          max_rounds=rounds)
+        write_rollout_log(os.path.join(cfg.run_dir, "rollouts", f"step_{step:05d}{suffix}.jsonl"), episodes,
+                          step=step, max_rounds=max_rounds)
         seconds = time.perf_counter() - t0
-        failed = [t for t in trajs if t.failed]
+        failed = [t for t in episodes if t.failed]
         if failed:
             self.log(f"step {step}: {len(failed)} episode(s) failed in the env and are excluded: {failed[0].failed}")
-        usable = [t for t in trajs if not t.failed and t.num_policy_tokens > 0]
-        if not usable:   # (with several processes this one would leave the others waiting: fail loudly)
+        usable = [TrajectoryGroup(g.id, g.item_id, [t for t in g.episodes if not t.failed and t.num_policy_tokens > 0])
+                  for g in played]
+        groups = [g for g in usable if g.episodes]
+        if not groups:   # (with several processes this one would leave the others waiting: fail loudly)
             raise RuntimeError(f"step {step}: no usable episode ({len(failed)} failed): check the env server")
-        return Played(rounds, trajs, TrajectoryGroup.of(usable), stats, seconds)
+        return Played(max_rounds, groups, episodes, stats, seconds)
 
     def learn(self, played: Played, step: int) -> dict:
         """The update on the step's groups (with filter_groups, those `groups_to_train` chooses), while the engine
@@ -214,7 +236,7 @@ class Trainer:
         """The step's metrics (the mean over processes; counts and loss shares summed), kept in the history and
         metrics.jsonl; then the run-health check and, when due, a checkpoint."""
         cfg, stats = self.cfg, played.stats
-        metrics = {"step": step, "max_rounds": played.rounds, **episode_metrics(played.episodes, played.groups),
+        metrics = {"step": step, "max_rounds": played.max_rounds, **episode_metrics(played.episodes, played.groups),
                    "sync_error": sync["sync_error"], "groups_trained": update["groups_trained"],
                    "rollout_tokens_per_s": stats.tokens_per_s, "env_steps_per_s": stats.env_steps_per_s,
                    "rollout_seconds": played.seconds, "sync_seconds": sync["sync_seconds"],
@@ -243,7 +265,7 @@ class Trainer:
         usable = [t for g in played.groups for t in g.episodes]
         reach = envs.expert_turns(self.cfg.env, sorted({t.item_id for t in usable}))
         return _mean([float(t.success) for t in usable if reach[t.item_id] is not None
-                      and reach[t.item_id] <= played.rounds])
+                      and reach[t.item_id] <= played.max_rounds])
 
     def groups_to_train(self, groups: list[TrajectoryGroup]) -> list[TrajectoryGroup]:
         """DAPO's dynamic sampling, decided over all processes: the first prompts_per_step groups of the step (in
@@ -267,11 +289,11 @@ class Trainer:
         batch = collate(trajs, self.tokenizer.pad_token_id)
         mask, lengths = batch["loss_mask"], batch["attention_mask"].sum(-1).tolist()
         group = torch.tensor([t.group for t in trajs])
-        per_token, returns, out = self._per_token(trajs, batch, group, lengths)
+        per_token, out = self._per_token(trajs, batch, group, lengths)
         # Dynamic sampling may leave no signal on any process: every advantage 0 (GRPO and RLOO when no group's scores
         # differ; REINFORCE++ when every score is equal, gamma is 1 and no KL is in the reward). An optimizer step
         # would only replay Adam's momentum from earlier steps; the losses (KL, entropy) are measured.
-        learn = not (cfg.filter_groups and self.critic is None) or par.sum(int(bool(per_token["adv"].any())))[0] > 0
+        learn = not (cfg.filter_groups and self.critic is None) or par.sum(int(bool(per_token.adv.any())))[0] > 0
         t_logprob = time.perf_counter() - t0
         sums = dict.fromkeys(("pg_loss", "kl", "entropy", "clip_frac", "dual_clip_frac", "grad_norm")
                              + (("value_loss", "value_clip_frac") if self.critic is not None else ()), 0.0)
@@ -304,19 +326,16 @@ class Trainer:
         out.update({k: v / n_updates for k, v in sums.items()}, optimizer_steps=n_updates if learn else 0,
                    logprob_seconds=t_logprob, update_seconds=t_update,
                    train_tokens_per_s=tokens_seen / max(t_update, 1e-9))
-        if returns is not None:
-            out["explained_variance"] = explained_variance(per_token["old_values"], returns, mask)
+        if per_token.returns is not None:
+            out["explained_variance"] = explained_variance(per_token.old_values, per_token.returns, mask)
         if learn and tokens_seen and self.parallel.device.type == "cuda":
             out["mfu"] = update_mfu(self.accelerator.unwrap_model(self.model), tokens_seen, cfg.ppo_epochs * len(trajs),
                                     t_update, bool(cfg.lora_rank), self.parallel.device)
         return out
 
     def _per_token(self, trajs: list, batch: dict, group: torch.Tensor,
-                   lengths: list[int]) -> tuple[dict, torch.Tensor | None, dict]:
-        """What the update's losses read per token ([B, T] each): the sampled tokens' log-probs under the policy
-        before the update (old_logp) and under the reference, the critic's values, the advantages (and the returns,
-        for estimators that have them) and, with tis_cap, the truncated importance weights; and the step's
-        train/inference mismatch (and TIS) metrics."""
+                   lengths: list[int]) -> tuple[PerToken, dict]:
+        """What the update's losses read per token, and the step's train/inference mismatch (and TIS) metrics."""
         cfg, mask = self.cfg, batch["loss_mask"]
         old_logp, ref_logp, old_values = self._score_tokens(batch, lengths)
         metrics = train_inference_mismatch([t.sampled_logprobs for t in trajs], old_logp, mask)
@@ -329,58 +348,56 @@ class Trainer:
             step_weight=cfg.gigpo_step_weight, mode=cfg.gigpo_mode),
             kl_penalty=kl, cut=cut, cut_turn_discount=cfg.cut_turn_discount,
             sum_over_processes=self.parallel.sum_tensor)
-        per_token = {"old_logp": old_logp, "ref_logp": ref_logp, "adv": adv, "old_values": old_values,
-                     "returns": returns if returns is not None else old_values}
+        weights = None
         if cfg.tis_cap is not None:   # truncated importance sampling: from the engine's distribution to the trainer's
             engine_logp = torch.full_like(old_logp, float("nan"))
             for b, t in enumerate(trajs):
                 engine_logp[b, mask[b].bool()] = torch.tensor(t.sampled_logprobs, dtype=engine_logp.dtype)
-            per_token["is_weights"] = weights = truncated_is_weights(old_logp, engine_logp, cfg.tis_cap)
+            weights = truncated_is_weights(old_logp, engine_logp, cfg.tis_cap)
             w = weights[mask.bool()]
             metrics.update(tis_weight_mean=float(w.mean()) if len(w) else 1.0,
                            tis_truncated=float((w >= cfg.tis_cap).float().mean()) if len(w) else 0.0)
-        return per_token, returns, metrics
+        return PerToken(old_logp, ref_logp, old_values, adv, returns, weights), metrics
 
-    def _mini_batches(self, group: list[int], rng: random.Random) -> list[list[int]]:
+    def _mini_batches(self, group_of_row: list[int], rng: random.Random) -> list[list[int]]:
         """The rows of each of the epoch's mini-batches: the groups of the whole batch (every process's), in a
         seeded shuffle, dealt into cfg.mini_batches parts; a process's rows are its episodes of those groups. Groups
         stay whole (GRPO compares an episode with its group). Every process gets the same number of parts (some
         maybe empty), so all take the same number of optimizer steps."""
-        n = self.parallel.max(max(group, default=-1)) + 1
-        present = self.parallel.sum(*[int(g in set(group)) for g in range(n)])
+        n = self.parallel.max(max(group_of_row, default=-1)) + 1
+        present = self.parallel.sum(*[int(g in set(group_of_row)) for g in range(n)])
         order = [g for g in range(n) if present[g]]
         rng.shuffle(order)
         parts = [set(order[i::self.cfg.mini_batches]) for i in range(self.cfg.mini_batches)]
-        return [[i for i, g in enumerate(group) if g in part] for part in parts]
+        return [[i for i, g in enumerate(group_of_row) if g in part] for part in parts]
 
-    def _micro_loss(self, batch: dict, per_token: dict, global_tokens: int, global_seqs: int,
+    def _micro_loss(self, batch: dict, per_token: PerToken, global_tokens: int, global_seqs: int,
                     rows: list[int]) -> tuple[torch.Tensor, dict]:
         """`_loss` of the rows `rows` of the batch, on this process's device."""
         mb = self._on_device(trim(batch, rows))
-        return self._loss(mb, self._on_device({k: v[rows] for k, v in per_token.items()}), global_tokens, global_seqs)
+        return self._loss(mb, per_token.map(lambda v: v[rows].to(self.parallel.device)), global_tokens, global_seqs)
 
-    def _loss(self, mb: dict, per_token: dict, global_tokens: int, global_seqs: int) -> tuple[torch.Tensor, dict]:
+    def _loss(self, mb: dict, per_token: PerToken, global_tokens: int, global_seqs: int) -> tuple[torch.Tensor, dict]:
         """The loss of one micro-batch: PPO-clip policy loss + kl_coef * KL (unless the KL is in the reward)
         - entropy_coef * entropy (+ the clipped value loss with a critic), each aggregated over the tokens of the
         whole mini-batch (global_tokens / global_seqs), so micro-batches add up to the mini-batch's loss."""
         cfg = self.cfg
         T, m = mb["input_ids"].shape[1], mb["loss_mask"]
-        old_logp, ref_logp, adv, old_values, returns = (per_token[k][:, :T] for k in
-                                                         ("old_logp", "ref_logp", "adv", "old_values", "returns"))
-        is_weights = per_token["is_weights"][:, :T] if "is_weights" in per_token else None
+        p = per_token.map(lambda v: v[:, :T])
         agg = dict(agg=cfg.loss_agg, global_tokens=global_tokens, global_seqs=global_seqs)
         share = int(m.sum()) / max(global_tokens, 1)   # this micro-batch's share of the mini-batch's tokens
         with self.accelerator.autocast():
             logp, entropy = token_logprobs(self.model, mb["input_ids"], mb["attention_mask"],
                                            temperature=cfg.temperature, with_entropy=True)
-        pg, info = policy_loss(logp, old_logp, adv, m, clip_ratio=cfg.clip_ratio, clip_ratio_high=cfg.clip_ratio_high,
-                               dual_clip_c=cfg.clip_ratio_c, is_weights=is_weights, **agg)
+        pg, info = policy_loss(logp, p.old_logp, p.adv, m, clip_ratio=cfg.clip_ratio,
+                               clip_ratio_high=cfg.clip_ratio_high, dual_clip_c=cfg.clip_ratio_c,
+                               is_weights=p.is_weights, **agg)
         ent = aggregate(entropy, m, cfg.loss_agg, global_tokens=global_tokens, global_seqs=global_seqs)
         loss = pg - cfg.entropy_coef * ent
         parts = {"pg_loss": pg.item(), "entropy": ent.item(), "clip_frac": info["clip_frac"] * share, "kl": 0.0,
                  "dual_clip_frac": info["dual_clip_frac"] * share}
         if cfg.kl_coef > 0:
-            kl = aggregate(kl_penalty(logp, ref_logp, cfg.kl_type), m, cfg.loss_agg, global_tokens=global_tokens,
+            kl = aggregate(kl_penalty(logp, p.ref_logp, cfg.kl_type), m, cfg.loss_agg, global_tokens=global_tokens,
                            global_seqs=global_seqs)
             parts["kl"] = kl.item()
             if not cfg.kl_in_reward:
@@ -388,7 +405,7 @@ class Trainer:
         if self.critic is not None:   # separate parameters: one backward serves both
             with self.accelerator.autocast():
                 values = self.critic(mb["input_ids"], mb["attention_mask"])
-            vf, vinfo = value_loss(values, old_values, returns, m, clip=cfg.value_clip, **agg)
+            vf, vinfo = value_loss(values, p.old_values, p.returns, m, clip=cfg.value_clip, **agg)
             loss = loss + vf
             parts.update(value_loss=vf.item(), value_clip_frac=vinfo["clip_frac"] * share)
         return loss, parts
