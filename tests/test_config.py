@@ -267,7 +267,7 @@ def test_one_list_parser_for_papermill_and_the_command_line(given, parsed):
 
 
 def test_the_parser_behind_evaluation_ks_and_config_lists():
-    from agentgym_nb.evaluate.cli import parse_ks
+    from agentgym_nb.evaluate_cli import parse_ks
     assert parse_ks("4,1,2,", 4) == parse_ks("[1, 2, 4]", 4) == [1, 2, 4]
     with pytest.raises(ValueError, match="--k must be comma-separated integers"):
         parse_ks("1,two", 4)

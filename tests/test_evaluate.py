@@ -13,7 +13,7 @@ from agentgym_nb import envs
 from agentgym_nb.envs import EnvError
 from agentgym_nb.envs.babyai import BabyAI
 from agentgym_nb.evaluate import bootstrap_ci, evaluate, load_paper_results, load_results, summarize
-from agentgym_nb.evaluate.cli import main, parse_items
+from agentgym_nb.evaluate_cli import main, parse_items
 from agentgym_nb.rollout.engine import SamplingParams
 from agentgym_nb.train.checkpoint import checkpoint_model_dir
 from harness import needs

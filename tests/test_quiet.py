@@ -59,7 +59,7 @@ def test_load_pretrained_hides_only_its_own_loading_bar(nano_dir):
     """The bar is off while load_pretrained loads and on again afterwards: a plain from_pretrained still draws it."""
     done = run("from transformers import AutoModelForCausalLM\n"
                "from transformers.utils import logging\n"
-               "from agentgym_nb.rollout.engine import load_pretrained\n"
+               "from agentgym_nb.pretrained import load_pretrained\n"
                f"load_pretrained(AutoModelForCausalLM, {str(nano_dir)!r})\n"
                "import sys; print('-- then plain --', file=sys.stderr, flush=True)\n"
                "assert logging.is_progress_bar_enabled()\n"

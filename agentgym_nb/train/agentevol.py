@@ -23,7 +23,8 @@ import torch
 from .. import envs
 from ..evaluate import evaluate
 from ..models import load_tokenizer
-from ..rollout.engine import Engine, SamplingParams, load_pretrained, make_engine
+from ..pretrained import load_pretrained
+from ..rollout.engine import Engine, SamplingParams, make_engine
 from ..rollout.runner import run_episodes
 from ..rollout.trajectory import ChatFormat
 from ..seeds import mix_seed

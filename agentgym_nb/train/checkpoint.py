@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from ..config import RunConfig
-from ..rollout.engine import load_pretrained
+from ..pretrained import load_pretrained
 from .common import add_lora
 
 

@@ -8,7 +8,7 @@ import os
 import torch
 
 from ..algos.losses import causal_attention_mask
-from ..rollout.engine import load_pretrained
+from ..pretrained import load_pretrained
 
 
 def native_bf16(device_type: str | None = None) -> bool:

@@ -37,7 +37,8 @@ from ..algos.losses import (aggregate, explained_variance, kl_penalty, policy_lo
                              token_logprobs, truncated_is_weights, value_loss)
 from ..config import PRESETS, RunConfig, item_pool, make_config, round_schedule
 from ..evaluate.run import evaluate
-from ..rollout.engine import HFEngine, SamplingParams, load_pretrained, make_engine
+from ..pretrained import load_pretrained
+from ..rollout.engine import HFEngine, SamplingParams, make_engine
 from ..rollout.runner import RolloutStats, run_groups, write_rollout_log
 from ..rollout.trajectory import ChatFormat, Trajectory, TrajectoryGroup, collate
 from ..seeds import mix_seed

@@ -1,6 +1,9 @@
 """The evaluation command line: a model name, an HF folder or a training run, evaluated on an env's items.
 
-    python -m agentgym_nb.evaluate --env babyai --model outputs/runs/<name> --n 16 --k 1,2,4,8,16
+    python -m agentgym_nb.evaluate_cli --env babyai --model outputs/runs/<name> --n 16 --k 1,2,4,8,16
+
+It stands above the rooms it joins: evaluate/ measures, models.py builds a model, train/checkpoint.py reads a run's
+weights.
 """
 from __future__ import annotations
 
@@ -9,13 +12,13 @@ import dataclasses
 import json
 import os
 
-from .. import envs, models
-from ..config import RunConfig, item_pool, make_config, parse_list
-from ..paths import default_outputs_dir
-from ..rollout.engine import SamplingParams, make_engine
-from ..rollout.trajectory import ChatFormat
-from ..train.checkpoint import checkpoint_model_dir, is_run_dir, latest_checkpoint
-from .run import evaluate
+from . import envs, models
+from .config import RunConfig, item_pool, make_config, parse_list
+from .evaluate import evaluate
+from .paths import default_outputs_dir
+from .rollout.engine import SamplingParams, make_engine
+from .rollout.trajectory import ChatFormat
+from .train.checkpoint import checkpoint_model_dir, is_run_dir, latest_checkpoint
 
 
 def parse_ks(text: str, n: int) -> list[int]:
@@ -67,7 +70,7 @@ def resolve_model(spec: str, *, env: str | None, preset: str | None, log=print) 
 
 
 def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(prog="python -m agentgym_nb.evaluate",
+    p = argparse.ArgumentParser(prog="python -m agentgym_nb.evaluate_cli",
                                 description="Evaluate a model or a training run on an env: pass@k, pass^k, success "
                                             "with bootstrap intervals, per category. Resumable.")
     p.add_argument("--env", help="babyai, textcraft, sciworld, searchqa, webarena (default: the run's env)")
@@ -134,3 +137,7 @@ def _default_out(args, cfg, checkpoint: str | None, max_rounds: int) -> str:
                             f"{cfg.env}_{os.path.basename(checkpoint)}_{tag}")
     model = os.path.basename(os.path.normpath(args.model))
     return os.path.join(default_outputs_dir(), "eval", f"{cfg.env}_{model}_{cfg.preset}_{tag}")
+
+
+if __name__ == "__main__":   # a spawned worker process re-imports this module under another name
+    main()
