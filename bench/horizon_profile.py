@@ -4,7 +4,7 @@ held-out evaluation, phase by phase, on one core, exactly as bench/horizon.py ru
     .venv/bin/python bench/horizon_profile.py                    # -> bench/results/horizon_profile.json, "now"
     .venv/bin/python bench/horizon_profile.py --label 7db9b12 --package /tmp/at-7db9b12   # an earlier commit's code
 
-With --package DIR the package (and bench/horizon.py's Study) come from that checkout (`git worktree add DIR REV`),
+With --package DIR the package (the study's code included) comes from that checkout (`git worktree add DIR REV`),
 so the same measurement is made of an earlier commit; the result is added to --out under --label, keeping the other
 labels. Phases of a training step: rollout (the engine's prefill and decode forward passes, the env calls, the rest:
 runner, tokenising), the log-prob passes (old policy and reference, before the update), the update, the weight
@@ -98,7 +98,7 @@ def main(argv=None) -> dict:
     p.add_argument("--steps", type=int, default=2, help="training steps profiled (from the start)")
     p.add_argument("--eval-items", type=int, default=300, help="held-out items of the evaluation (the study's 300)")
     p.add_argument("--preset", default="cpu", choices=("cpu", "smoke"), help="smoke: a test of this script")
-    p.add_argument("--package", default=ROOT, help="the checkout whose package and bench/horizon.py are profiled")
+    p.add_argument("--package", default=ROOT, help="the checkout whose package (and study) is profiled")
     p.add_argument("--engine", choices=("hf", "vllm"), help="instead of the study's own (its config's engine)")
     p.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
                    help="RunConfig fields changed from the study's (a lever measured before the study adopts it)")
@@ -110,13 +110,17 @@ def main(argv=None) -> dict:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     import torch
     torch.set_num_threads(1)
-    import horizon   # bench/horizon.py of that checkout
+    try:   # that checkout's study
+        from agentgym_nb.study.runs import evaluation
+        from agentgym_nb.study.settings import Study
+    except ModuleNotFoundError:   # a checkout from before the study was package code: its bench/horizon.py
+        from horizon import Study, evaluation
     from agentgym_nb import models
     from agentgym_nb.train.rl import Trainer
 
     start_dir = os.path.join(package, "models", "nano-babyai-long")
-    study = horizon.Study(preset=args.preset, eval_items=args.eval_items, start_dir=start_dir,
-                          start_sha256=models.weights_digest(start_dir))
+    study = Study(preset=args.preset, eval_items=args.eval_items, start_dir=start_dir,
+                  start_sha256=models.weights_digest(start_dir))
     work = tempfile.mkdtemp(prefix="horizon_profile_")
     cfg = dataclasses.replace(study.config(args.arm, args.seed), out_dir=work, save_every=10**6)
     if args.engine:
@@ -145,7 +149,7 @@ def main(argv=None) -> dict:
                       "cache_fallbacks": m.get("cache_fallbacks"), "mean_turns": m.get("turns")})
         print(f"{args.label} step {m['step']}: {json.dumps(steps[-1])}", flush=True)
     t0 = time.perf_counter()
-    summary = horizon.evaluation(trainer, study, 0, study.eval_horizon)
+    summary = evaluation(trainer, study, 0, study.eval_horizon)
     phases = clock.take()
     evaluation = {"items": args.eval_items, "horizon": study.eval_horizon, "seconds": time.perf_counter() - t0,
                   "success": summary["success"], "mean_turns": summary["mean_turns"],

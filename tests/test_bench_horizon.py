@@ -1,7 +1,8 @@
-"""bench/horizon.py: the verdict rules on hand-made curves, the committed start model and its refusals, and the study
-end to end at the smoke preset: real training runs in their own processes from a committed copy of a smoke build, the
-equal-steps and equal-tokens points, the evaluations and pass@(k, T) surfaces, the report carried to a machine
-without the run folders, and a run stopped mid-way that resumes from its checkpoint."""
+"""The horizon study (agentgym_nb/study/, its command line bench/horizon.py): the verdict rules on hand-made curves, the
+committed start model and its refusals, and the study end to end at the smoke preset: real training runs in their own
+processes from a committed copy of a smoke build, the equal-steps and equal-tokens points, the evaluations and
+pass@(k, T) surfaces, the report carried to a machine without the run folders and a run stopped mid-way that resumes
+from its checkpoint."""
 import json
 import os
 import subprocess
@@ -9,9 +10,15 @@ import sys
 
 import pytest
 
+from agentgym_nb.study.report import _pack, _unpack, arm_surface, cost
+from agentgym_nb.study.runs import surface_horizons
+from agentgym_nb.study.scheduler import planned, start_run
+from agentgym_nb.study.settings import (ARMS, CUT_ARMS, MAIN_ARMS, RULES, START_DIRS, Study, commit_start, read_start,
+                                        track_nano)
+from agentgym_nb.study.verdicts import (fixed_long_unstable, fixed_short_plateaus, paired, stepwise_fewer_tokens,
+                                        verdicts)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-import horizon  # noqa: E402  (bench/ is scripts, not a package)
 
 SCRIPT = os.path.join(ROOT, "bench", "horizon.py")
 KEY = "smoke-lr0.0003-steps2-n4"
@@ -46,30 +53,30 @@ def test_one_seed_or_two_tied_seeds_establish_no_difference():
     """A single seed's t-interval is the point itself, and two seeds that tie give a zero-width interval: neither
     says anything, so a verdict needs RULES["min_seeds"] = 3."""
     better, worse = _evaluation([1, 1, 0, 0, 0]), _evaluation([1, 0, 0, 0, 0])
-    one = horizon.paired({0: better}, {0: worse}, [0])
+    one = paired({0: better}, {0: worse}, [0])
     assert one["ci95_seeds"] == [0.2, 0.2]
-    judged = horizon.verdicts({"fixed20 - fixed20-rpp @ steps": one}, {}, 60)
+    judged = verdicts({"fixed20 - fixed20-rpp @ steps": one}, {}, 60)
     assert judged["grpo_at_or_above_reinforce_pp_fixed20"]["verdict"] == "inconclusive"
-    two = horizon.paired({s: better for s in range(2)}, {s: worse for s in range(2)}, [0, 1])
+    two = paired({s: better for s in range(2)}, {s: worse for s in range(2)}, [0, 1])
     assert two["ci95_seeds"] == [0.2, 0.2]
-    assert horizon.verdicts({"fixed20 - fixed20-rpp @ steps": two}, {}, 60)[
+    assert verdicts({"fixed20 - fixed20-rpp @ steps": two}, {}, 60)[
         "grpo_at_or_above_reinforce_pp_fixed20"]["verdict"] == "inconclusive"
     # three seeds: per-seed differences 0.2, 0.4, 0.2 -> mean 0.267, t(2) = 4.303, s = 0.115, half width 4.303 *
     # 0.115 / sqrt(3) = 0.287: the interval [-0.02, 0.55] covers 0 ...
     best = _evaluation([1, 1, 1, 0, 0])
-    three = horizon.paired({0: better, 1: best, 2: better}, {0: worse, 1: worse, 2: worse}, [0, 1, 2])
+    three = paired({0: better, 1: best, 2: better}, {0: worse, 1: worse, 2: worse}, [0, 1, 2])
     assert three["ci95_seeds"][0] == pytest.approx(0.2667 - 0.2868, abs=1e-3) and three["ci95_seeds"][0] < 0
-    assert horizon.verdicts({"fixed20 - fixed20-rpp @ steps": three}, {}, 60)[
+    assert verdicts({"fixed20 - fixed20-rpp @ steps": three}, {}, 60)[
         "grpo_at_or_above_reinforce_pp_fixed20"]["verdict"] == "inconclusive"
     # ... three equal differences of 0.2 do establish it (an interval of zero width over three seeds is no tie)
-    equal = horizon.paired({s: better for s in range(3)}, {s: worse for s in range(3)}, [0, 1, 2])
-    assert horizon.verdicts({"fixed20 - fixed20-rpp @ steps": equal}, {}, 60)[
+    equal = paired({s: better for s in range(3)}, {s: worse for s in range(3)}, [0, 1, 2])
+    assert verdicts({"fixed20 - fixed20-rpp @ steps": equal}, {}, 60)[
         "grpo_at_or_above_reinforce_pp_fixed20"]["verdict"] == "reproduced"
 
 
 def test_fixed_long_is_unstable_when_it_falls_ten_points_beyond_the_noise_of_a_peak():
     def judged(curves):
-        return horizon.fixed_long_unstable({("fixed20", s): _run(c) for s, c in enumerate(curves)})
+        return fixed_long_unstable({("fixed20", s): _run(c) for s, c in enumerate(curves)})
 
     fell = judged([[0.1, 0.4, 0.1]] * 3)   # peak 0.4 at step 10, final 0.1: a fall of 0.3 in every seed
     assert fell["verdict"] == "reproduced"
@@ -90,13 +97,13 @@ def test_fixed_short_plateaus_when_its_second_half_gains_nothing_and_fixed_long_
 
     def judged(curve, long_minus_short):
         runs = {("fixed6", s): _run(curve) for s in range(3)}   # 20 steps: the middle is step 10
-        return horizon.fixed_short_plateaus(runs, {"fixed20 - fixed6 @ steps": long_minus_short}, 20)["verdict"]
+        return fixed_short_plateaus(runs, {"fixed20 - fixed6 @ steps": long_minus_short}, 20)["verdict"]
 
     assert judged([0.1, 0.2, 0.2], above) == "reproduced"        # gain 0 from step 10 to 20 in every seed
     assert judged([0.1, 0.2, 0.2], level) == "inconclusive"      # a plateau, but not below fixed 20
     assert judged([0.1, 0.2, 0.3], above) == "not reproduced"    # still rising: +0.1 in every seed
     assert judged([0.1, 0.2, 0.2], _pair(-0.10, -0.05)) == "not reproduced"   # fixed 6 ends above fixed 20
-    assert horizon.fixed_short_plateaus({}, {}, 20)["verdict"] == "inconclusive"
+    assert fixed_short_plateaus({}, {}, 20)["verdict"] == "inconclusive"
 
 
 def test_stepwise_needs_fewer_tokens_by_the_ratio_of_tokens_to_a_target():
@@ -106,7 +113,7 @@ def test_stepwise_needs_fewer_tokens_by_the_ratio_of_tokens_to_a_target():
     for s in range(3):
         runs["fixed20", s] = _run(fixed20)
         runs["stepwise", s] = _run(stepwise, tokens=500)
-    v = horizon.stepwise_fewer_tokens(runs, resamples=300)
+    v = stepwise_fewer_tokens(runs, resamples=300)
     # target 0.8 x 0.3 = 0.24; fixed 20 reaches it at 1000 + 1000 x 0.04 / 0.1 = 1400 tokens, stepwise at
     # 500 x 0.14 / 0.2 = 350: ratio 0.25 in every seed
     assert v["target_success"] == pytest.approx(0.24)
@@ -116,19 +123,19 @@ def test_stepwise_needs_fewer_tokens_by_the_ratio_of_tokens_to_a_target():
     lo, hi = v["ci95_items_of_the_tokens_ratio"]
     assert lo <= 0.25 <= hi and hi < 1
     runs["fixed20", 3], runs["stepwise", 3] = _run(fixed20), _run([0.1, 0.1, 0.1], tokens=500)
-    stuck = horizon.stepwise_fewer_tokens(runs, resamples=300)   # seed 3's stepwise never reaches the target
+    stuck = stepwise_fewer_tokens(runs, resamples=300)   # seed 3's stepwise never reaches the target
     assert stuck["stepwise_stayed_below_target"] == [3] and stuck["verdict"] == "inconclusive"
 
 
 def test_stepwise_at_or_above_both_needs_both_pairs_at_its_budget():
     pairs = {"stepwise - fixed6 @ steps": _pair(0.01, 0.05), "stepwise - fixed20 @ steps": _pair(0.01, 0.03),
              "stepwise - fixed20 @ tokens": _pair(0.01, 0.03)}
-    v = horizon.verdicts(pairs, {}, 60)
+    v = verdicts(pairs, {}, 60)
     assert v["stepwise_at_or_above_both_steps"]["verdict"] == "reproduced"
     tokens = v["stepwise_at_or_above_both_tokens"]
     assert tokens["verdict"] == "inconclusive" and tokens["missing_pairs"] == ["stepwise - fixed6 @ tokens"]
     pairs["stepwise - fixed20 @ steps"] = _pair(-0.05, -0.01)
-    assert horizon.verdicts(pairs, {}, 60)["stepwise_at_or_above_both_steps"]["verdict"] == "not reproduced"
+    assert verdicts(pairs, {}, 60)["stepwise_at_or_above_both_steps"]["verdict"] == "not reproduced"
     assert all(v["claim"] and v["rule"] and v["verdict"] for v in v.values())   # each states its claim and rule
 
 
@@ -136,22 +143,22 @@ def test_an_arms_surface_is_the_mean_over_seeds_at_horizons_relative_to_the_trai
     def surface(trained, horizons, rows):
         return {"trained_horizon": trained, "horizons": horizons, "k": [1, 2], "n": 16, "items": 5, "pass@k": rows}
 
-    long = horizon.arm_surface([surface(20, [10, 20, 40], [[.1, .2], [.2, .3], [.3, .4]]),
+    long = arm_surface([surface(20, [10, 20, 40], [[.1, .2], [.2, .3], [.3, .4]]),
                                 surface(20, [10, 20, 40], [[.3, .4], [.4, .5], [.5, .6]])], 20)
     assert long["horizons"] == ["0.5x", "1x", "2x"] and long["T"] == {"0.5x": [10], "1x": [20], "2x": [40]}
     assert [r == pytest.approx(w) for r, w in zip(long["pass@k"], [[.2, .3], [.3, .4], [.4, .5]])] == [True] * 3
     assert long["seeds"] == 2
     # two seeds 0.2 apart: half width t(1) x s / sqrt(2) = 12.706 x 0.1414 / 1.414 = 1.27, clipped to [0, 1]
     assert long["ci"][0][0] == [0, 1]
-    short = horizon.arm_surface([surface(6, horizon.surface_horizons(6, 20), [[.1, .1]] * 4)] * 3, 20)
+    short = arm_surface([surface(6, surface_horizons(6, 20), [[.1, .1]] * 4)] * 3, 20)
     assert short["horizons"] == ["0.5x", "1x", "2x", "H = 20"] and short["T"]["H = 20"] == [20]
     assert short["ci"][3][1] == pytest.approx([.1, .1])   # three equal seeds: a zero-width interval
-    assert horizon.arm_surface([], 20) is None
+    assert arm_surface([], 20) is None
 
 
 def test_the_cut_episode_arms_are_fixed_long_with_one_option_each_at_equal_steps_only():
-    study = horizon.Study(preset="smoke", start_sha256="ab" * 32)
-    base, left_out, discounted = (study.config(a, 0) for a in ("fixed20", *horizon.CUT_ARMS))
+    study = Study(preset="smoke", start_sha256="ab" * 32)
+    base, left_out, discounted = (study.config(a, 0) for a in ("fixed20", *CUT_ARMS))
     assert (base.cut_out_of_baseline, base.cut_turn_discount) == (False, 1.0)
     assert (left_out.cut_out_of_baseline, left_out.cut_turn_discount) == (True, 1.0)
     assert (discounted.cut_out_of_baseline, discounted.cut_turn_discount) == (False, 0.9)
@@ -159,27 +166,27 @@ def test_the_cut_episode_arms_are_fixed_long_with_one_option_each_at_equal_steps
     for arm, setting in ((left_out, "cut_out_of_baseline"), (discounted, "cut_turn_discount")):   # all else: fixed 20's
         assert {k: v for k, v in vars(arm).items() if k not in ("name", "run_dir", setting)} == \
                {k: v for k, v in vars(base).items() if k not in ("name", "run_dir", setting)}
-    jobs = horizon.planned(["fixed20", *horizon.CUT_ARMS, "stepwise"], [0, 1], ["stepwise"], surfaces=True)
+    jobs = planned(["fixed20", *CUT_ARMS, "stepwise"], [0, 1], ["stepwise"], surfaces=True)
     assert jobs[:4] == [("fixed20", 0, "steps"), ("stepwise", 0, "steps"), ("fixed20-cut-baseline", 0, "steps"),
                         ("fixed20-cut-discount", 0, "steps")]
     assert [j for j in jobs if j[2] == "tokens"] == [("stepwise", 0, "tokens"), ("stepwise", 1, "tokens")]
     assert jobs.index(("stepwise", 0, "tokens")) < jobs.index(("fixed20", 1, "steps"))   # whole seeds first
-    assert jobs[-8:] == [(a, s, "surface") for s in (0, 1) for a in ("fixed20", "stepwise", *horizon.CUT_ARMS)]
-    assert not set(horizon.CUT_ARMS) & set(horizon.MAIN_ARMS)   # the main study does not run them by default
+    assert jobs[-8:] == [(a, s, "surface") for s in (0, 1) for a in ("fixed20", "stepwise", *CUT_ARMS)]
+    assert not set(CUT_ARMS) & set(MAIN_ARMS)   # the main study does not run them by default
 
 
 def test_a_runs_name_carries_its_start_weights_and_its_engine_not_its_threads():
-    study = horizon.Study(start_sha256="ab" * 32, start_dir="/somewhere/nano")
+    study = Study(start_sha256="ab" * 32, start_dir="/somewhere/nano")
     cfg = study.config("stepwise", 0)
     assert cfg.model == "/somewhere/nano" and cfg.threads == 1
-    other_weights = horizon.Study(start_sha256="cd" * 32, start_dir="/somewhere/nano").config("stepwise", 0)
-    elsewhere = horizon.Study(start_sha256="ab" * 32, start_dir="/elsewhere/nano").config("stepwise", 0)
+    other_weights = Study(start_sha256="cd" * 32, start_dir="/somewhere/nano").config("stepwise", 0)
+    elsewhere = Study(start_sha256="ab" * 32, start_dir="/elsewhere/nano").config("stepwise", 0)
     assert other_weights.name != cfg.name and elsewhere.name == cfg.name
-    on_gpu = horizon.Study(start_sha256="ab" * 32, device="cuda", threads=4).config("stepwise", 0)
+    on_gpu = Study(start_sha256="ab" * 32, device="cuda", threads=4).config("stepwise", 0)
     assert on_gpu.engine == "hf" and on_gpu.threads == 4 and on_gpu.name != cfg.name
     assert {k: v for k, v in vars(on_gpu).items() if k not in ("name", "engine", "threads", "model")} == \
            {k: v for k, v in vars(cfg).items() if k not in ("name", "engine", "threads", "model")}
-    assert horizon.Study().settings() == {"lr": 3e-4, "steps": 60, "eval_every": 10, "eval_items": 300,
+    assert Study().settings() == {"lr": 3e-4, "steps": 60, "eval_every": 10, "eval_items": 300,
                                           "max_steps": 240, "samples_per_prompt": 4, "preset": "cpu"}
 
 
@@ -187,7 +194,7 @@ def test_cuda_runs_get_cores_of_their_own_and_cpu_runs_see_no_gpu(tmp_path):
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two cores")
     probe = [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)), os.environ['OMP_NUM_THREADS'])"]
-    second = horizon.start_run(probe, 1, horizon.Study(device="cuda", threads=1), 2, stdout=subprocess.PIPE, text=True)
+    second = start_run(probe, 1, Study(device="cuda", threads=1), 2, stdout=subprocess.PIPE, text=True)
     cores = sorted(os.sched_getaffinity(0))
     assert second.communicate(timeout=60)[0].split() == [f"[{cores[1]}]", "1"]
     refused = subprocess.run([sys.executable, SCRIPT, "--device", "cuda", "--preset", "smoke"],
@@ -198,33 +205,33 @@ def test_cuda_runs_get_cores_of_their_own_and_cpu_runs_see_no_gpu(tmp_path):
 
 def test_a_committed_start_is_a_copy_with_its_digest_and_changed_weights_are_refused(tmp_path, nano_dir):
     from agentgym_nb import models
-    record = horizon.commit_start(nano_dir, str(tmp_path / "start"))
+    record = commit_start(nano_dir, str(tmp_path / "start"))
     assert record["sha256"] == models.weights_digest(nano_dir) and record["recipe"] == os.path.basename(nano_dir)
     files = sorted(os.listdir(tmp_path / "start"))
     assert "model.safetensors" in files and "build.json" in files and "tokenizer.json" in files
     assert not [f for f in files if f.endswith(".lock")]
-    start = horizon.read_start(str(tmp_path / "start"))
+    start = read_start(str(tmp_path / "start"))
     assert start["sha256"] == record["sha256"] and start["name"] == os.path.basename(nano_dir)
-    assert horizon.commit_start(nano_dir, str(tmp_path / "start"))["sha256"] == record["sha256"]   # the same again
+    assert commit_start(nano_dir, str(tmp_path / "start"))["sha256"] == record["sha256"]   # the same again
     with open(tmp_path / "start" / "model.safetensors", "r+b") as f:   # one byte of the weights changed
         f.seek(-1, os.SEEK_END)
         last = f.read(1)
         f.seek(-1, os.SEEK_END)
         f.write(bytes([last[0] ^ 1]))
     with pytest.raises(SystemExit, match="were changed after it was committed"):
-        horizon.read_start(str(tmp_path / "start"))
+        read_start(str(tmp_path / "start"))
     os.remove(tmp_path / "start" / "start.json")   # now a model folder with other weights than nano_dir's ...
-    horizon.commit_start(nano_dir, str(tmp_path / "committed"))
+    commit_start(nano_dir, str(tmp_path / "committed"))
     with pytest.raises(SystemExit, match="already holds start weights"):   # ... which may not replace a start
-        horizon.commit_start(str(tmp_path / "start"), str(tmp_path / "committed"))
+        commit_start(str(tmp_path / "start"), str(tmp_path / "committed"))
     with pytest.raises(SystemExit, match="no build.json"):
-        horizon.read_start(str(tmp_path))
+        read_start(str(tmp_path))
 
 
 @pytest.fixture(scope="module")
 def committed_smoke_start(tmp_path_factory):
     """The long track's smoke nano (built once under outputs/models) copied to a folder as a committed start."""
-    built = horizon.track_nano("smoke")
+    built = track_nano("smoke")
     path = str(tmp_path_factory.mktemp("repo") / "models" / "nano-babyai-long-smoke")
     done = subprocess.run([sys.executable, SCRIPT, "--preset", "smoke", "--commit-start", built, "--start", path],
                           capture_output=True, text=True, timeout=300)
@@ -261,7 +268,7 @@ def test_horizon_study_runs_from_a_committed_start_and_goes_on_from_its_report(t
     assert made["wall_seconds"] > fixed["points"]["steps"]["train_seconds"] > 0
     assert [c[0] for c in fixed["curve_h20"]] == [0, 1, 2]   # held-out every step at H = 2 (smoke), the start shared
     assert fixed["curve_h20"][0][2] == first["runs"]["stepwise/s0"]["curve_h20"][0][2]
-    assert first["rules"] == horizon.RULES and set(first["verdicts"]) >= {
+    assert first["rules"] == RULES and set(first["verdicts"]) >= {
         "fixed_long_unstable", "fixed_short_plateaus", "stepwise_fewer_tokens", "stepwise_at_or_above_both_steps"}
     assert all(v["verdict"] == "inconclusive" for v in first["verdicts"].values())   # one seed decides nothing
     pair = first["pairs"]["stepwise - fixed20 @ steps"]
@@ -285,7 +292,7 @@ def test_horizon_study_runs_from_a_committed_start_and_goes_on_from_its_report(t
     assert {f"{tokens['step']}/{h}" for h in (max(1, trained // 2), trained, 2 * trained)} <= set(stepwise["evals"])
     surface = stepwise["surface"]
     assert (surface["point"], surface["step"], surface["n"], surface["items"]) == ("tokens", tokens["step"], 16, 2)
-    assert surface["horizons"] == horizon.surface_horizons(trained, 2) and surface["k"] == list(range(1, 17))
+    assert surface["horizons"] == surface_horizons(trained, 2) and surface["k"] == list(range(1, 17))
     arm = study["arms"]["stepwise"]["surface"]
     assert arm["seeds"] == 1 and arm["pass@k"][arm["horizons"].index("1x")] == \
         surface["pass@k"][surface["horizons"].index(trained)]
@@ -347,8 +354,8 @@ def test_a_ctrl_c_stops_the_runs_and_a_stopped_run_resumes_from_its_checkpoint(t
     cmd = [sys.executable, SCRIPT, "--preset", "smoke", "--steps", "40", "--eval-every", "40", "--eval-items", "4",
            "--seeds", "0", "--arms", "fixed20", "--no-tokens", "--start", committed_smoke_start,
            "--out", str(tmp_path / "h.json")]
-    sha = horizon.read_start(committed_smoke_start)["sha256"]
-    name = horizon.Study(preset="smoke", steps=40, eval_every=40, eval_items=4, start_sha256=sha).config(
+    sha = read_start(committed_smoke_start)["sha256"]
+    name = Study(preset="smoke", steps=40, eval_every=40, eval_items=4, start_sha256=sha).config(
         "fixed20", 0).name
     run_dir = str(tmp_path / "runs" / name)   # the study's outputs are tmp_path's, not this process's
     log = tmp_path / "runs" / "horizon-logs-lr0.0003" / "fixed20-s0.log"
@@ -387,14 +394,14 @@ def test_a_ctrl_c_stops_the_runs_and_a_stopped_run_resumes_from_its_checkpoint(t
 def test_a_cuda_run_samples_with_the_hf_engine_and_evaluates_in_one_chunk(tmp_path, committed_smoke_start):
     """One run as the scheduler starts it with --device cuda (here with no GPU visible, so on the CPU): the HF engine,
     the threads it was given, and each held-out evaluation played as one chunk of every item."""
-    sha = horizon.read_start(committed_smoke_start)["sha256"]
+    sha = read_start(committed_smoke_start)["sha256"]
     cmd = [sys.executable, SCRIPT, "--one", "fixed20", "0", "steps", "--preset", "smoke", "--steps", "1",
            "--eval-every", "1", "--eval-items", "4", "--start", committed_smoke_start, "--start-sha256", sha,
            "--device", "cuda", "--threads", "2", "--jobs", "8"]
     env = {**os.environ, "AGENTGYM_NB_OUTPUTS": str(tmp_path), "CUDA_VISIBLE_DEVICES": ""}
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    study = horizon.Study(preset="smoke", steps=1, eval_every=1, eval_items=4, start_sha256=sha, device="cuda",
+    study = Study(preset="smoke", steps=1, eval_every=1, eval_items=4, start_sha256=sha, device="cuda",
                           threads=2)
     run_dir = tmp_path / "runs" / study.config("fixed20", 0).name
     record = json.loads((run_dir / "horizon.json").read_text())
@@ -413,34 +420,34 @@ def test_the_study_cost_counts_each_run_to_its_furthest_budget_point_and_every_e
                               "made": [{"device": "cpu", "wall_seconds": 3600.0},
                                        {"device": "cuda", "wall_seconds": 360.0}]},
             ("fixed20", 0): {"points": {"steps": {"train_seconds": 1800.0}}, "evals": {"60/40": {"seconds": 1800.0}}}}
-    assert horizon.cost(runs) == {"runs": 2, "train_hours": 2.0, "eval_hours": 1.0, "surface_hours": 0.5,
+    assert cost(runs) == {"runs": 2, "train_hours": 2.0, "eval_hours": 1.0, "surface_hours": 0.5,
                                   "job_wall_hours": 1.1, "runs_by_device": {"cuda": 1, "cpu": 1}}
 
 
 def test_per_item_outcomes_pack_into_a_string_and_back():
     ids = ["3", "40", "7"]
-    packed = horizon._pack({"3": 1.0, "40": 0.0, "7": 1.0}, ids)
+    packed = _pack({"3": 1.0, "40": 0.0, "7": 1.0}, ids)
     assert packed == "101"
-    assert horizon._unpack(packed, ids) == {"3": 1.0, "40": 0.0, "7": 1.0}
+    assert _unpack(packed, ids) == {"3": 1.0, "40": 0.0, "7": 1.0}
     partial = {"3": 0.5, "40": 0.0, "7": 1.0}   # a fractional outcome (several samples per item) stays a dict
-    assert horizon._pack(partial, ids) == partial and horizon._unpack(partial, ids) == partial
+    assert _pack(partial, ids) == partial and _unpack(partial, ids) == partial
 
 
 def test_every_study_arm_has_a_label_and_a_colour_in_the_figures():
     from agentgym_nb.viz import study
-    assert set(study.ARM_LABELS) == set(horizon.ARMS) == set(study.ARM_COLORS)
-    assert {arm for arms in study.ARM_GROUPS.values() for arm in arms} == set(horizon.ARMS)   # every arm is drawn
+    assert set(study.ARM_LABELS) == set(ARMS) == set(study.ARM_COLORS)
+    assert {arm for arms in study.ARM_GROUPS.values() for arm in arms} == set(ARMS)   # every arm is drawn
 
 
 def test_the_cpu_study_starts_from_the_committed_long_track_nano_its_report_names():
     """models/nano-babyai-long/ holds the study's start (a few MB, in git), its weights are the digest start.json and
     the report record, and bench/horizon.py reads it as the cpu preset's start."""
     from agentgym_nb import models
-    start = horizon.START_DIRS["cpu"]
+    start = START_DIRS["cpu"]
     with open(os.path.join(start, "start.json")) as f:
         recorded = json.load(f)
     with open(os.path.join(ROOT, "bench", "results", "horizon_study.json")) as f:
         studies = json.load(f)["studies"]
     assert models.weights_digest(start) == recorded["sha256"]
     assert {s["start_model"]["sha256"] for s in studies.values()} == {recorded["sha256"]}
-    assert horizon.read_start(start)["sha256"] == recorded["sha256"]
+    assert read_start(start)["sha256"] == recorded["sha256"]
