@@ -9,6 +9,7 @@ tokens sampled.
     .venv/bin/python bench/horizon.py --report                          # read finished runs, write the JSON only
     .venv/bin/python bench/horizon.py --report --out bench/results/horizon.json   # the 2026-11-26 study, re-judged
     .venv/bin/python bench/horizon.py --commit-start outputs/models/nano-babyai-cpu-<hash>   # commit a start model
+    python3 bench/horizon.py --pilot --device cuda                       # how many runs share one GPU well (~minutes)
 
 Every run starts from one model, the study's start: by default the long track's cpu nano committed at
 models/nano-babyai-long/ (weights, tokenizer, build record and start.json with the weights' sha256), so any machine
@@ -46,7 +47,7 @@ t-interval, tokens and seconds; every pairwise difference paired by seed (t-inte
 the report prints.
 
 The study is package code, `agentgym_nb/study/` (settings and rules, one run, the scheduler, the report, the
-verdicts); this is its command line. The scheduler starts each run's process as `horizon.py --one ARM
+verdicts, the pilot); this is its command line. The scheduler starts each run's process as `horizon.py --one ARM
 SEED JOB`.
 """
 from __future__ import annotations
@@ -59,9 +60,9 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)   # this checkout's package, not an installed one
 from agentgym_nb.host import yield_cpu  # noqa: E402
-from agentgym_nb.study import report, runs, scheduler  # noqa: E402
+from agentgym_nb.study import pilot, report, runs, scheduler  # noqa: E402
 from agentgym_nb.study.settings import (  # noqa: E402
-    ARMS, CUT_ARMS, MAIN_ARMS, RESULT, START_DIRS, SURFACE_SAMPLES, Study, commit_start)
+    ARMS, CUT_ARMS, MAIN_ARMS, RESULT, START_DIRS, SURFACE_SAMPLES, Study, commit_start, resolve_start)
 
 
 def main() -> None:
@@ -92,16 +93,25 @@ def main() -> None:
     ap.add_argument("--commit-start", metavar="MODEL_DIR",
                     help="copy this built model into the start folder (--start, or the preset's) with its sha256")
     ap.add_argument("--report", action="store_true", help="only read finished runs and write the JSON")
+    ap.add_argument("--pilot", action="store_true",
+                    help="on a GPU (--device cuda; on the CPU a test of it): the step time of fixed-20 runs sharing "
+                         "the card for each of --pilot-runs, with and without CUDA MPS, and how many fit a 9-minute "
+                         "call (-> bench/results/horizon_pilot.json, or --out)")
+    ap.add_argument("--pilot-runs", type=int, nargs="+", default=list(pilot.LADDER), help="runs on the card, per rung")
+    ap.add_argument("--pilot-seconds", type=float, default=10.0,
+                    help="a rung's runs start no training step after this many seconds (each trains 2 to "
+                         f"{pilot.MAX_STEPS})")
     ap.add_argument("--preset", default="cpu", choices=("cpu", "smoke"), help="smoke: a test of this script")
-    ap.add_argument("--out", default=RESULT, help="the JSON report")
+    ap.add_argument("--out", help=f"the JSON report (default {os.path.relpath(RESULT, ROOT)}; with --pilot "
+                                  f"{os.path.relpath(pilot.PILOT_RESULT, ROOT)})")
     ap.add_argument("--one", nargs=3, metavar=("ARM", "SEED", "JOB"), help=argparse.SUPPRESS)   # a child process
     ap.add_argument("--budget", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--start-sha256", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    out = args.out
+    out = args.out or (pilot.PILOT_RESULT if args.pilot else RESULT)
     tokens_arms = scheduler.equal_tokens_arms(args.arms, args.tokens_arms, args.no_tokens)
-    threads = args.threads if args.one else scheduler.threads_per_run(args.device, args.jobs)
+    threads = args.threads if args.one or args.pilot else scheduler.threads_per_run(args.device, args.jobs)
     study = Study(lr=args.lr, steps=args.steps, eval_every=args.eval_every, eval_items=args.eval_items,
                   max_steps=args.max_steps, samples_per_prompt=args.samples, preset=args.preset, device=args.device,
                   threads=threads, surface_items=args.surface_items)
@@ -117,6 +127,12 @@ def main() -> None:
                              "--start DIR")
         record = commit_start(args.commit_start, dest)
         print(f"{dest}: {record['recipe']}, weights sha256 {record['sha256']}, {record['bytes']:,} bytes")
+        return
+    if args.pilot:
+        start = resolve_start(args.preset, args.start, args.rebuild_start)
+        study = dataclasses.replace(study, start_dir=start["dir"], start_sha256=start["sha256"])
+        pilot.pilot(study, args.pilot_runs, args.pilot_seconds, out)
+        print(f"-> {out}")
         return
     block = scheduler.run_study(study, out, args.arms, args.seeds, args.jobs, tokens_arms, report_only=args.report,
                                 start_dir=args.start, rebuild_start=args.rebuild_start)

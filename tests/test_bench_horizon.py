@@ -1,8 +1,8 @@
 """The horizon study (agentgym_nb/study/, its command line bench/horizon.py): the verdict rules on hand-made curves, the
 committed start model and its refusals, and the study end to end at the smoke preset: real training runs in their own
 processes from a committed copy of a smoke build, the equal-steps and equal-tokens points, the evaluations and
-pass@(k, T) surfaces, the report carried to a machine without the run folders and a run stopped mid-way that resumes
-from its checkpoint."""
+pass@(k, T) surfaces, the report carried to a machine without the run folders, a run stopped mid-way that resumes from
+its checkpoint, and the GPU pilot's path on the CPU."""
 import json
 import os
 import subprocess
@@ -411,6 +411,37 @@ def test_a_cuda_run_samples_with_the_hf_engine_and_evaluates_in_one_chunk(tmp_pa
     from agentgym_nb.evaluate import load_results
     header, records = load_results(str(run_dir / "evals" / "step00001-h2.jsonl"))
     assert header["chunk_items"] == 4 and {r["chunk"] for r in records} == {0} and len(records) == 4
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_the_gpu_pilot_measures_each_rung_of_runs_side_by_side_here_on_the_cpu(tmp_path, committed_smoke_start):
+    """bench/horizon.py --pilot at the smoke preset on the CPU: a ladder of 1 and 2 runs side by side, each training
+    two steps (a time box of 0 s) and evaluating once; per rung the median warm step, the throughput, and fixed 20's
+    chain by the study's own numbers against a call; MPS is a GPU's, so not measured here, and said why."""
+    from agentgym_nb.study import pilot
+    out = tmp_path / "pilot.json"
+    env = {**os.environ, "AGENTGYM_NB_OUTPUTS": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, SCRIPT, "--pilot", "--preset", "smoke", "--steps", "2", "--eval-items", "4",
+                           "--pilot-runs", "1", "2", "--pilot-seconds", "0", "--start", committed_smoke_start,
+                           "--out", str(out)], env=env, capture_output=True, text=True, timeout=1100)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    record = json.loads(out.read_text())
+    study = Study(**record["settings"])
+    chain = record["chain"]   # no smoke study in the committed report: stepwise's phase is a third of 2 steps
+    assert (chain["steps"], chain["tokens_phase_steps"], chain["loads"]) == (2, 0, 2)
+    assert chain["evaluations"] == 0 + 1 + 2.5 + 0 + 1 + 2.5   # H = 2 at step 0, then the points' H, 0.5x and 2x
+    rungs = record["modes"]["plain"]["rungs"]
+    assert [r["runs"] for r in rungs] == [1, 2] and all(r["eval_items"] == 4 for r in rungs)
+    for r in rungs:
+        assert r["steps_measured"] == r["runs"] and all(len(m["step_seconds"]) == 2 for m in r["per_run"])
+        assert r["steps_per_second"] == pytest.approx(r["runs"] / r["step_seconds"])
+        assert r["chain_seconds"] == pytest.approx(2 * r["load_seconds"] + 2 * r["step_seconds"]
+                                                   + 7 * r["eval_seconds"] * study.eval_items / 4)
+        assert r["fits_a_call"] == (r["chain_seconds"] <= pilot.CALL_SECONDS)
+        assert f"{r['runs']} runs on the card" in done.stdout
+    assert record["modes"]["mps"] == {"measured": False, "why": "--device cpu: MPS shares a GPU"}
+    assert record["modes"]["plain"]["most_runs_that_fit"] in (None, 1, 2) and "fits a call" in record["arithmetic"]
 
 
 def test_the_study_cost_counts_each_run_to_its_furthest_budget_point_and_every_evaluation():

@@ -8,4 +8,5 @@ track with several seeds, at equal training steps and at equal policy tokens. `b
     scheduler  every (arm, seed) as processes of the command line, on CPU cores or sharing one GPU
     verdicts   each of the paper's claims judged by RULES, and the paired statistics they read
     report     the JSON that keeps every finished run whole: per-arm success, paired differences, verdicts, cost
+    pilot      how many runs share one GPU well: step time against the runs on the card, and what fits a 9-minute call
 """
