@@ -10,6 +10,7 @@ tokens sampled.
     .venv/bin/python bench/horizon.py --report --out bench/results/horizon.json   # the 2026-11-26 study, re-judged
     .venv/bin/python bench/horizon.py --commit-start outputs/models/nano-babyai-cpu-<hash>   # commit a start model
     python3 bench/horizon.py --pilot --device cuda                       # how many runs share one GPU well (~minutes)
+    .venv/bin/python bench/horizon.py --table                           # the README's table of the report, markdown
 
 Every run starts from one model, the study's start: by default the long track's cpu nano committed at
 models/nano-babyai-long/ (weights, tokenizer, build record and start.json with the weights' sha256), so any machine
@@ -46,8 +47,8 @@ t-interval, tokens and seconds; every pairwise difference paired by seed (t-inte
 (bootstrap over items within seeds); and each of the paper's claims judged on its own by the rules in RULES, which
 the report prints.
 
-The study is package code, `agentgym_nb/study/` (settings and rules, one run, the scheduler, the report, the
-verdicts, the pilot); this is its command line. The scheduler starts each run's process as `horizon.py --one ARM
+The study is package code, `agentgym_nb/study/` (settings and rules, one run, the scheduler, the report and its table,
+the verdicts, the pilot); this is its command line. The scheduler starts each run's process as `horizon.py --one ARM
 SEED JOB`.
 """
 from __future__ import annotations
@@ -62,7 +63,7 @@ sys.path.insert(0, ROOT)   # this checkout's package, not an installed one
 from agentgym_nb.host import yield_cpu  # noqa: E402
 from agentgym_nb.study import pilot, report, runs, scheduler  # noqa: E402
 from agentgym_nb.study.settings import (  # noqa: E402
-    ARMS, CUT_ARMS, MAIN_ARMS, RESULT, START_DIRS, SURFACE_SAMPLES, Study, commit_start, resolve_start)
+    ARMS, CUT_ARMS, MAIN_ARMS, RESULT, START_DIRS, SURFACE_SAMPLES, Study, commit_start, resolve_start, study_key)
 
 
 def main() -> None:
@@ -93,6 +94,8 @@ def main() -> None:
     ap.add_argument("--commit-start", metavar="MODEL_DIR",
                     help="copy this built model into the start folder (--start, or the preset's) with its sha256")
     ap.add_argument("--report", action="store_true", help="only read finished runs and write the JSON")
+    ap.add_argument("--table", action="store_true",
+                    help="print the README's table of the study in --out (markdown between its markers); runs nothing")
     ap.add_argument("--pilot", action="store_true",
                     help="on a GPU (--device cuda; on the CPU a test of it): the step time of fixed-20 runs sharing "
                          "the card for each of --pilot-runs, with and without CUDA MPS, and how many fit a 9-minute "
@@ -127,6 +130,12 @@ def main() -> None:
                              "--start DIR")
         record = commit_start(args.commit_start, dest)
         print(f"{dest}: {record['recipe']}, weights sha256 {record['sha256']}, {record['bytes']:,} bytes")
+        return
+    if args.table:
+        block = report.recorded_block(study, out)
+        if block is None:
+            raise SystemExit(f"{out} records no {study_key(study)} study")
+        print("\n".join([report.TABLE_MARKERS[0], report.readme_table(block), report.TABLE_MARKERS[1]]))
         return
     if args.pilot:
         start = resolve_start(args.preset, args.start, args.rebuild_start)

@@ -1,8 +1,8 @@
-"""The horizon study (agentgym_nb/study/, its command line bench/horizon.py): the verdict rules on hand-made curves, the
-committed start model and its refusals, and the study end to end at the smoke preset: real training runs in their own
-processes from a committed copy of a smoke build, the equal-steps and equal-tokens points, the evaluations and
-pass@(k, T) surfaces, the report carried to a machine without the run folders, a run stopped mid-way that resumes from
-its checkpoint, and the GPU pilot's path on the CPU."""
+"""The horizon study (agentgym_nb/study/, its command line bench/horizon.py): the verdict rules on hand-made curves,
+the README's table of a report, the committed start model and its refusals, and the study end to end at the smoke
+preset: real training runs in their own processes from a committed copy of a smoke build, the equal-steps and
+equal-tokens points, the evaluations and pass@(k, T) surfaces, the report carried to a machine without the run
+folders, a run stopped mid-way that resumes from its checkpoint, and the GPU pilot's path on the CPU."""
 import json
 import os
 import subprocess
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from agentgym_nb.study.report import _pack, _unpack, arm_surface, cost
+from agentgym_nb.study.report import _pack, _unpack, arm_surface, cost, readme_table, report
 from agentgym_nb.study.runs import surface_horizons
 from agentgym_nb.study.scheduler import planned, start_run
 from agentgym_nb.study.settings import (ARMS, CUT_ARMS, MAIN_ARMS, RULES, START_DIRS, Study, commit_start, read_start,
@@ -137,6 +137,63 @@ def test_stepwise_at_or_above_both_needs_both_pairs_at_its_budget():
     pairs["stepwise - fixed20 @ steps"] = _pair(-0.05, -0.01)
     assert verdicts(pairs, {}, 60)["stepwise_at_or_above_both_steps"]["verdict"] == "not reproduced"
     assert all(v["claim"] and v["rule"] and v["verdict"] for v in v.values())   # each states its claim and rule
+
+
+def _recorded(arm: str, seed: int, curve: list[float], tokens: int, tokens_point: int | None = None) -> dict:
+    """A run as a committed report records it (held-out at H = 20 every 10 steps, `tokens` policy tokens per point),
+    with its equal-tokens point at its last step having sampled `tokens_point` tokens."""
+    run = _run(curve, tokens=tokens)
+    end = run["points"]["steps"]["step"]
+
+    def point(sampled):
+        return {"step": end, "trained_horizon": 20, "sampled_tokens": sampled, "train_seconds": 60.0}
+    run["points"] = {"steps": point(tokens * (len(curve) - 1))}
+    if tokens_point:
+        run["points"]["tokens"] = point(tokens_point)
+    for e in run["evals"].values():
+        e.update(horizon=20, seconds=1.0)
+    return {**run, "arm": arm, "seed": seed, "run": f"{arm}-s{seed}", "algorithm": "grpo",
+            "made": [{"device": "cpu", "wall_seconds": 90.0}]}
+
+
+def test_the_readme_table_is_the_reports_numbers_arm_by_budget_with_its_pairs_and_verdicts(tmp_path, monkeypatch):
+    """A report block made by report() from recorded runs (3 seeds, each seed alike, so every interval over seeds has
+    zero width): the table's rows are its numbers, and the same after a trip through JSON (the README's table is
+    made from the committed JSON)."""
+    monkeypatch.setenv("AGENTGYM_NB_OUTPUTS", str(tmp_path))   # no run folder: every run comes from the record
+    study = Study(steps=20, start_sha256="ab" * 32)
+    recorded = {}
+    for seed in range(3):
+        recorded["fixed6", seed] = _recorded("fixed6", seed, [0.1, 0.2, 0.2], tokens=300)
+        recorded["fixed20", seed] = _recorded("fixed20", seed, [0.1, 0.2, 0.3], tokens=1000)
+        recorded["stepwise", seed] = _recorded("stepwise", seed, [0.1, 0.3, 0.3], tokens=500, tokens_point=2000)
+    block = report(study, list(ARMS), list(range(8)), recorded, {"name": "test", "sha256": "ab" * 32})
+    table = readme_table(block)
+    lines = table.splitlines()
+    assert lines[0].startswith("9 runs from start weights sha256 abababababab..., lr 0.0003, 20 steps")
+    assert "held-out success on 10 items at H = 20" in lines[0]
+    rows = lines[4:lines.index("", 4)]   # below the caption, a blank line, the header and its rule
+    assert rows == ["| fixed6 | equal steps | 20.0% [20.0, 20.0] | 3 | 600 |",
+                    "| fixed20 | equal steps | 30.0% [30.0, 30.0] | 3 | 2,000 |",
+                    "| fixed20 | equal tokens (its equal-steps point) | 30.0% [30.0, 30.0] | 3 | 2,000 |",
+                    "| stepwise | equal steps | 30.0% [30.0, 30.0] | 3 | 1,000 |",
+                    "| stepwise | equal tokens | 30.0% [30.0, 30.0] | 3 | 2,000 |"]
+    pairs = [line for line in lines if line.startswith("| stepwise - ")]
+    assert [line.split(" | ")[:3] for line in pairs] == [
+        ["| stepwise - fixed6", "equal steps", "+10.0 [+10.0, +10.0]"],   # fixed 6 has no equal-tokens point
+        ["| stepwise - fixed20", "equal steps", "+0.0 [+0.0, +0.0]"],
+        ["| stepwise - fixed20", "equal tokens", "+0.0 [+0.0, +0.0]"]]
+    items = block["pairs"]["stepwise - fixed6 @ steps"]["ci95_items"]
+    assert pairs[0].endswith(f"| [{100 * items[0]:+.1f}, {100 * items[1]:+.1f}] | 3 |")
+    verdict_lines = [line for line in lines if line.startswith("- ")]
+    assert len(verdict_lines) == len(block["verdicts"])
+    assert "stepwise ends at or above both fixed horizons, equal steps: **inconclusive** (stepwise minus fixed6 " \
+           "+10.0 [+10.0, +10.0] points over 3 seeds; stepwise minus fixed20 +0.0 [+0.0, +0.0] points over 3 " \
+           "seeds)" in verdict_lines[3]
+    # target 0.8 x 0.3: fixed 20 reaches it at 1,400 tokens, stepwise at 350
+    assert verdict_lines[2].endswith("**reproduced** (tokens stepwise / fixed20 to reach 24.0% held-out: 0.25 "
+                                     "[0.25, 0.25] over 3 seeds)")
+    assert readme_table(json.loads(json.dumps(block))) == table
 
 
 def test_an_arms_surface_is_the_mean_over_seeds_at_horizons_relative_to_the_trained_one():
@@ -305,6 +362,9 @@ def test_horizon_study_runs_from_a_committed_start_and_goes_on_from_its_report(t
     reread = json.loads(out.read_text())["studies"][KEY]
     for key in ("runs", "pairs", "verdicts", "arms", "eval_item_ids", "start_model", "cost", "rules"):
         assert reread[key] == study[key], key
+    table = readme_table(reread)   # the README's table of it: both arms, stepwise at both budgets
+    assert "| fixed20 | equal steps |" in table and "| stepwise | equal tokens |" in table
+    assert "| stepwise - fixed20 | equal tokens |" in table
 
     # 4. a record made from other start weights is neither continued nor replaced; --report re-judges the record
     # alone (its start is the record's digest: no weights needed, no run folder of other weights read)

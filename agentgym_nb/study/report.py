@@ -1,8 +1,8 @@
 """The report: the JSON that keeps every finished run whole, per-item outcomes included, with per arm and budget the
-held-out success over seeds, the paired differences, the verdicts and what it all cost. Run folders (checkpoints,
-rollouts) stay on the machine that trained them; the report is committed, so the report and the scheduler go on from it
-on a new machine, provided the start model is the same (its weights' digest is recorded with the study; other weights
-stop the study with an error)."""
+held-out success over seeds, the paired differences, the verdicts and what it all cost; and the README's table made
+from it. Run folders (checkpoints, rollouts) stay on the machine that trained them; the report is committed, so the
+report and the scheduler go on from it on a new machine, provided the start model is the same (its weights' digest
+is recorded with the study; other weights stop the study with an error)."""
 from __future__ import annotations
 
 import json
@@ -244,3 +244,69 @@ def summary(block: dict) -> str:
                  f"evaluation, {c['surface_hours']} h of surfaces (hours of one run's process)")
     return "\n".join(lines)
 
+
+# The README quotes the study between these lines; tests/test_docs.py holds what is between them to `readme_table`.
+TABLE_MARKERS = ("<!-- horizon-study-table -->", "<!-- /horizon-study-table -->")
+BUDGETS = {"steps": "equal steps", "tokens": "equal tokens"}
+TABLE_PAIRS = [("stepwise", "fixed6"), ("stepwise", "fixed20")]
+
+
+def readme_table(block: dict) -> str:
+    """The README's table of a study block, markdown, every number the block's: per arm and budget the held-out
+    success at the evaluation horizon with its 95% interval over seeds, the seeds and the policy tokens sampled;
+    stepwise minus fixed 6 and minus fixed 20 at each budget, paired by seed and by (seed, item); then a line per
+    claim: its verdict and the numbers that decided it."""
+    settings = block["settings"]
+    h = Study(**settings).eval_horizon
+    lines = [f"{block['cost']['runs']} runs from start weights sha256 {block['start_model']['sha256'][:12]}..., "
+             f"lr {block['lr']:g}, {settings['steps']} steps to the equal-steps point, held-out success on "
+             f"{len(block['eval_item_ids'])} items at H = {h} (95% intervals over seeds):", "",
+             f"| arm | budget | held-out success at H = {h} | seeds | policy tokens |", "|---|---|---|---|---|"]
+    for arm, row in block["arms"].items():
+        for point, budget in BUDGETS.items():
+            if point in row:
+                at = row[point]
+                budget += " (its equal-steps point)" if point == "tokens" and arm in LONG.values() else ""
+                lines.append(f"| {arm} | {budget} | {_success(at['success_h20'])} | {len(at['per_seed'])} | "
+                             f"{at['sampled_tokens'][0]:,.0f} |")
+    lines += ["", "| paired difference, points | budget | mean [95% CI over seeds] | 95% CI over (seed, item) | "
+                  "seeds |", "|---|---|---|---|---|"]
+    for a, b in TABLE_PAIRS:
+        for point, budget in BUDGETS.items():
+            d = block["pairs"].get(f"{a} - {b} @ {point}")
+            if d:
+                lo, hi = (100 * x for x in d["ci95_items"])
+                lines.append(f"| {a} - {b} | {budget} | {_points(d['mean'], *d['ci95_seeds'])} | "
+                             f"[{lo:+.1f}, {hi:+.1f}] | {len(d['seeds'])} |")
+    lines.append("")
+    lines += [f"- {v['claim']}: **{v['verdict']}** ({decided_by(v)})" for v in block["verdicts"].values()]
+    return "\n".join(lines)
+
+
+def decided_by(verdict: dict) -> str:
+    """The numbers a verdict read, in words: its paired differences, the tokens ratio, what was missing."""
+    said = []
+    for name, value in verdict.items():
+        if isinstance(value, dict) and "ci95_seeds" in value:
+            seeds = len(value["seeds"])
+            said.append(f"{name.replace('_', ' ')} {_points(value['mean'], *value['ci95_seeds'])} points over "
+                        f"{seeds} seed{'s' * (seeds != 1)}")
+    ratio = verdict.get("tokens_ratio_stepwise_over_fixed20")
+    if ratio:
+        seeds = sum(x["log_ratio"] is not None for x in verdict["per_seed"])
+        said.append(f"tokens stepwise / fixed20 to reach {verdict['target_success']:.1%} held-out: {ratio[0]:.2f} "
+                    f"[{ratio[1]:.2f}, {ratio[2]:.2f}] over {seeds} seed{'s' * (seeds != 1)}")
+    if verdict.get("stepwise_stayed_below_target"):
+        said.append(f"stepwise stayed below the target in seeds {verdict['stepwise_stayed_below_target']}")
+    if verdict.get("missing_pairs"):
+        said.append("missing: " + ", ".join(verdict["missing_pairs"]))
+    return "; ".join(said) or "no finished run of the arms it reads"
+
+
+def _success(interval: list[float]) -> str:
+    m, lo, hi = (100 * x for x in interval)
+    return f"{m:.1f}% [{lo:.1f}, {hi:.1f}]"
+
+
+def _points(mean: float, lo: float, hi: float) -> str:
+    return f"{100 * mean:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
