@@ -251,3 +251,69 @@ def test_seeds_mix_by_hand():
     assert mix_seed(2, 7, stride=7_919) == 2 * 7_919 + 7 == 15_845
     assert turn_seed(1, 2, 3) == 1 + 2 * 1_000_003 + 3 * 7_919 == 2_023_764
     assert turn_seed(0, 3_000, 0) == 3_000_009_000 - 2**31 == 852_525_352   # kept below 2**31
+
+
+# ------------------------------------------------------------------------- the scheduler's parts, one by one
+class RecordingEngine:
+    """Replies "go forward" to every prompt (in one generate call per batch) and records its calls."""
+
+    def __init__(self, chat):
+        self.reply = chat.encode("go forward") + [chat.end_of_turn_id]
+        self.calls, self.released = [], []
+
+    def generate(self, prompts, params, seeds=None, *, sessions=None):
+        self.calls.append({"prompts": len(prompts), "seeds": seeds, "sessions": sessions})
+        return [Completion(self.reply, [-0.5] * len(self.reply), "stop") for _ in prompts]
+
+    def release(self, sessions):
+        self.released.extend(sessions)
+
+
+def scheduler(engine, chat, items, **kw):
+    from agentgym_nb.rollout.runner import EpisodeScheduler
+    options = dict(first_episode=10, max_rounds=2, params=SamplingParams(seed=3), max_total_tokens=4096,
+                   max_concurrency=2, env_timeout=60.0, stats=RolloutStats())
+    return EpisodeScheduler(engine, lambda: envs.make("babyai"), chat, [(j, item) for j, item in enumerate(items)],
+                            **{**options, **kw})
+
+
+def test_the_scheduler_starts_episodes_into_free_slots_only(chat):
+    s = scheduler(RecordingEngine(chat), chat, [3, 8, 11])
+    s.start()
+    assert len(s.waiting) == 2 and [index for index, _ in s.todo] == [12]   # max_concurrency = 2
+    s.fold(cf.wait(s.waiting)[0])
+    assert sorted(ep.index for ep in s.ready) == [10, 11] and not s.waiting   # reset: ready for a first reply
+    s.start()
+    assert len(s.waiting) == 0 and len(s.todo) == 1   # both slots still held by ready episodes
+
+
+def test_the_scheduler_generates_once_for_every_ready_episode_in_its_session(chat):
+    from agentgym_nb.rollout.runner import turn_seed
+    engine = RecordingEngine(chat)
+    s = scheduler(engine, chat, [3, 8])
+    s.start()
+    s.fold(cf.wait(s.waiting)[0])
+    s.generate()
+    indices = sorted(ep.index for ep, _ in s.waiting.values())
+    assert indices == [10, 11] and not s.ready   # each reply went to its env
+    (call,) = engine.calls
+    assert call["prompts"] == 2 and sorted(call["sessions"]) == [10, 11]
+    assert sorted(call["seeds"]) == sorted(turn_seed(3, i, 0) for i in (10, 11))
+
+
+def test_the_scheduler_fails_an_env_call_past_its_deadline_and_releases_its_session(chat):
+    engine = RecordingEngine(chat)
+    s = scheduler(engine, chat, [3], env_timeout=0.0)
+    s.start()
+    time.sleep(0.01)
+    s.time_out()
+    (traj,) = s.finished
+    assert traj.failed.startswith("env call timed out") and traj.episode == 10 and engine.released == [10]
+
+
+def test_the_scheduler_plays_every_episode_to_its_end(chat):
+    engine = RecordingEngine(chat)
+    finished = scheduler(engine, chat, [3, 8, 11], max_concurrency=8).run()
+    assert sorted(t.episode for t in finished) == [10, 11, 12]
+    assert all(t.num_rounds == 2 and not t.failed for t in finished)   # max_rounds = 2 replies each
+    assert sorted(set(engine.released)) == [10, 11, 12]

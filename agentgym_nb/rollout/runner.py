@@ -85,107 +85,152 @@ def run_episodes(engine: Engine, env_factory: Callable[[], Env], item_ids: list[
     """
     if max_rounds < 1:
         raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
+    if group_ids is not None and len(group_ids) != len(item_ids):
+        raise ValueError(f"got {len(group_ids)} group ids for {len(item_ids)} items; give one per item or none")
     params = params or SamplingParams()
     params = dataclasses.replace(params, stop_token_ids=sorted(set(params.stop_token_ids) | set(chat.stop_token_ids)))
     stats = stats if stats is not None else RolloutStats()
     t0 = time.perf_counter()
-    if group_ids is not None and len(group_ids) != len(item_ids):
-        raise ValueError(f"got {len(group_ids)} group ids for {len(item_ids)} items; give one per item or none")
     groups = range(len(item_ids)) if group_ids is None else group_ids
-    todo = deque(enumerate(((group, item) for group, item in zip(groups, item_ids) for _ in range(n)),
-                           start=first_episode))
-    finished: list[Trajectory] = []
-    waiting: dict[cf.Future, tuple[_Episode, float]] = {}   # env call in flight -> (episode, deadline)
-    ready: list[_Episode] = []                                # env replied; needs a generation
+    todo = [(group, item) for group, item in zip(groups, item_ids) for _ in range(n)]
     torch_threads = torch.get_num_threads()
     torch.set_num_threads(threads or torch_threads)
-    pool = cf.ThreadPoolExecutor(max_workers=max(1, min(max_concurrency, 64)), thread_name_prefix="env")
-    # Closes get their own threads: env calls still pending at the end are cancelled, closes never are (a cancelled
-    # close leaves the env alive on its server, or holding a JVM). The healthy episodes' closes are waited for, so
-    # their envs are gone when this returns; a failed episode's env may sit on a dead server: not waited for.
-    closer = cf.ThreadPoolExecutor(max_workers=4, thread_name_prefix="env-close")
-    closing: list[cf.Future] = []
-    # An env holds its slot until its close is done: envs capped per process (SciWorld's JVMs) would otherwise see a
-    # new episode's create arrive before the last one's close and fail it ("all 4 JVMs in use").
-    unclosed: list[cf.Future] = []
-    last_generate = 0.0   # seconds of the previous generate call (0 before the first: no lingering)
-
-    def begin(index: int, group_item: tuple[int, int]) -> None:
-        group, item = group_item
-        ep = _Episode(Trajectory(item_id=item, group=group), index)
-        waiting[pool.submit(_reset, env_factory, ep, item)] = (ep, time.monotonic() + env_timeout)
-
-    def finish(ep: _Episode) -> None:
-        engine.release([ep.index])
-        if ep.env is not None:
-            fut = closer.submit(close_quietly, ep.env)
-            unclosed.append(fut)
-            if not ep.traj.failed:
-                closing.append(fut)
-        ep.traj.episode = ep.index
-        finished.append(ep.traj)
-        stats.episodes += 1
-        stats.policy_tokens += ep.traj.num_policy_tokens
-        if on_episode is not None:
-            on_episode(ep.traj)
-
     try:
-        while todo or waiting or ready:
-            unclosed[:] = [f for f in unclosed if not f.done()]
-            while todo and len(waiting) + len(ready) + len(unclosed) < max_concurrency:
-                begin(*todo.popleft())
-            if not waiting and not ready:   # every slot is an env still closing
-                cf.wait(unclosed, timeout=env_timeout, return_when=cf.FIRST_COMPLETED)
-                continue
-            if not ready:   # nothing to generate: wait for the first env reply (or a timeout)
-                done, _ = cf.wait(waiting, timeout=_time_left(waiting), return_when=cf.FIRST_COMPLETED)
-                if done:   # let the replies that are about to come join this batch
-                    done = _gather(waiting, until=time.monotonic() + LINGER * last_generate)
-            else:
-                done = [f for f in waiting if f.done()]
-            for fut in done:
-                ep, _ = waiting.pop(fut)
-                ep.traj, more = fold_env_reply(ep.traj, ep.env, fut, chat, max_rounds=max_rounds,
-                                               max_total_tokens=max_total_tokens, stats=stats)
-                if more:
-                    ready.append(ep)
-                else:
-                    finish(ep)
-            for fut in [f for f, (_, deadline) in waiting.items() if time.monotonic() > deadline]:
-                ep, _ = waiting.pop(fut)
-                ep.traj.failed = f"env call timed out after {env_timeout:.0f}s"
-                finish(ep)
-                # a create/reset that answers after its deadline still holds an env (a server slot): close it then
-                fut.add_done_callback(lambda f, ep=ep: ep.env is not None and close_quietly(ep.env))
-            if ready:
-                batch, ready = ready, []
-                tg = time.perf_counter()
-                seeds = None if params.seed is None else [turn_seed(params.seed, ep.index, ep.traj.num_rounds)
-                                                          for ep in batch]
-                completions = engine.generate([ep.traj.input_ids for ep in batch], params, seeds,
-                                              sessions=[ep.index for ep in batch])
-                last_generate = time.perf_counter() - tg
-                stats.generate_seconds += last_generate
-                for ep, c in zip(batch, completions):
-                    stats.prompt_tokens += len(ep.traj.input_ids)
-                    if c.cached_tokens is not None:
-                        stats.cached_tokens += c.cached_tokens
-                        stats.cache_fallbacks += ep.traj.num_rounds > 0 and c.cached_tokens == 0
-                    text = add_completion(ep.traj, c, chat, max_total_tokens)
-                    if text is None:
-                        finish(ep)
-                    else:
-                        waiting[pool.submit(step_env, ep.env, text, ep.traj.num_rounds >= max_rounds)] = (
-                            ep, time.monotonic() + env_timeout)
-        cf.wait(closing, timeout=env_timeout)
+        finished = EpisodeScheduler(engine, env_factory, chat, todo, first_episode=first_episode,
+                                    max_rounds=max_rounds, params=params, max_total_tokens=max_total_tokens,
+                                    max_concurrency=max_concurrency, env_timeout=env_timeout, stats=stats,
+                                    on_episode=on_episode).run()
     finally:
-        engine.release(range(first_episode, first_episode + len(item_ids) * n))   # (those an error left behind)
-        pool.shutdown(wait=False, cancel_futures=True)
-        closer.shutdown(wait=False)
         torch.set_num_threads(torch_threads)
     stats.seconds += time.perf_counter() - t0
     finished.sort(key=lambda t: t.episode)   # the order played, not the order finished: a rerun gets the same list
     return finished
+
+
+class EpisodeScheduler:
+    """The episodes of one `run_episodes` call, advanced together: each is waiting for its env (a call in flight in
+    the env pool, with a deadline), ready for a reply (the env answered), or finished. One round of `run`:
+    `start` new episodes into free slots, take the env replies that came (`replies`, lingering for more) and `fold`
+    them in, `time_out` the env calls past their deadline, and `generate` one batch of replies for every ready
+    episode, whose texts go to their envs.
+
+    Closes get their own threads: env calls still pending at the end are cancelled, closes never are (a cancelled
+    close leaves the env alive on its server, or holding a JVM). The healthy episodes' closes are waited for, so their
+    envs are gone when `run` returns; a failed episode's env may sit on a dead server: not waited for. An env holds
+    its slot until its close is done: envs capped per process (SciWorld's JVMs) would otherwise see a new episode's
+    create arrive before the last one's close and fail it ("all 4 JVMs in use")."""
+
+    def __init__(self, engine: Engine, env_factory: Callable[[], Env], chat: ChatFormat,
+                 todo: list[tuple[int, int]], *, first_episode: int, max_rounds: int, params: SamplingParams,
+                 max_total_tokens: int, max_concurrency: int, env_timeout: float, stats: RolloutStats,
+                 on_episode: Callable[[Trajectory], None] | None = None):
+        self.engine, self.env_factory, self.chat, self.params, self.stats = engine, env_factory, chat, params, stats
+        self.max_rounds, self.max_total_tokens, self.on_episode = max_rounds, max_total_tokens, on_episode
+        self.max_concurrency, self.env_timeout = max_concurrency, env_timeout
+        self.sessions = range(first_episode, first_episode + len(todo))
+        self.todo = deque(enumerate(todo, start=first_episode))    # (episode index, (group, item)) not yet started
+        self.waiting: dict[cf.Future, tuple[_Episode, float]] = {}   # env call in flight -> (episode, deadline)
+        self.ready: list[_Episode] = []                                # env replied; needs a reply
+        self.finished: list[Trajectory] = []
+        self.pool = cf.ThreadPoolExecutor(max_workers=max(1, min(max_concurrency, 64)), thread_name_prefix="env")
+        self.closer = cf.ThreadPoolExecutor(max_workers=4, thread_name_prefix="env-close")
+        self.closing: list[cf.Future] = []    # the closes `run` waits for
+        self.unclosed: list[cf.Future] = []   # the closes still holding their slots
+        self.last_generate = 0.0   # seconds of the previous generate call (0 before the first: no lingering)
+
+    def run(self) -> list[Trajectory]:
+        """Every episode played to its end, in the order they finished."""
+        try:
+            while self.todo or self.waiting or self.ready:
+                self.start()
+                if not self.waiting and not self.ready:   # every slot is an env still closing
+                    cf.wait(self.unclosed, timeout=self.env_timeout, return_when=cf.FIRST_COMPLETED)
+                    continue
+                self.fold(self.replies())
+                self.time_out()
+                if self.ready:
+                    self.generate()
+            cf.wait(self.closing, timeout=self.env_timeout)
+        finally:
+            self.engine.release(self.sessions)   # (those an error left behind)
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.closer.shutdown(wait=False)
+        return self.finished
+
+    def start(self) -> None:
+        """Episodes into the free slots: an env made and reset in the pool for each."""
+        self.unclosed[:] = [f for f in self.unclosed if not f.done()]
+        while self.todo and len(self.waiting) + len(self.ready) + len(self.unclosed) < self.max_concurrency:
+            index, (group, item) = self.todo.popleft()
+            ep = _Episode(Trajectory(item_id=item, group=group), index)
+            deadline = time.monotonic() + self.env_timeout
+            self.waiting[self.pool.submit(_reset, self.env_factory, ep, item)] = (ep, deadline)
+
+    def replies(self) -> list[cf.Future]:
+        """The env calls that are done. With no episode ready, wait for the first reply (or a deadline), then for
+        more: replies about to come join the same generate call."""
+        if self.ready:
+            return [f for f in self.waiting if f.done()]
+        done, _ = cf.wait(self.waiting, timeout=_time_left(self.waiting), return_when=cf.FIRST_COMPLETED)
+        return _gather(self.waiting, until=time.monotonic() + LINGER * self.last_generate) if done else done
+
+    def fold(self, done) -> None:
+        """Each finished env call into its episode, which is then ready for a reply or finished."""
+        for fut in done:
+            ep, _ = self.waiting.pop(fut)
+            ep.traj, more = fold_env_reply(ep.traj, ep.env, fut, self.chat, max_rounds=self.max_rounds,
+                                           max_total_tokens=self.max_total_tokens, stats=self.stats)
+            if more:
+                self.ready.append(ep)
+            else:
+                self.finish(ep)
+
+    def time_out(self) -> None:
+        """The episodes whose env call is past its deadline: failed."""
+        for fut in [f for f, (_, deadline) in self.waiting.items() if time.monotonic() > deadline]:
+            ep, _ = self.waiting.pop(fut)
+            ep.traj.failed = f"env call timed out after {self.env_timeout:.0f}s"
+            self.finish(ep)
+            # a create/reset that answers after its deadline still holds an env (a server slot): close it then
+            fut.add_done_callback(lambda f, ep=ep: ep.env is not None and close_quietly(ep.env))
+
+    def generate(self) -> None:
+        """One generate call for every ready episode (each in its engine session, with its turn's seed); each reply
+        goes to its env, or ends its episode when the token budget cut it."""
+        batch, self.ready = self.ready, []
+        t0, stats, seed = time.perf_counter(), self.stats, self.params.seed
+        seeds = None if seed is None else [turn_seed(seed, ep.index, ep.traj.num_rounds) for ep in batch]
+        completions = self.engine.generate([ep.traj.input_ids for ep in batch], self.params, seeds,
+                                           sessions=[ep.index for ep in batch])
+        self.last_generate = time.perf_counter() - t0
+        stats.generate_seconds += self.last_generate
+        for ep, c in zip(batch, completions):
+            stats.prompt_tokens += len(ep.traj.input_ids)
+            if c.cached_tokens is not None:
+                stats.cached_tokens += c.cached_tokens
+                stats.cache_fallbacks += ep.traj.num_rounds > 0 and c.cached_tokens == 0
+            text = add_completion(ep.traj, c, self.chat, self.max_total_tokens)
+            if text is None:
+                self.finish(ep)
+            else:
+                last_turn = ep.traj.num_rounds >= self.max_rounds
+                self.waiting[self.pool.submit(step_env, ep.env, text, last_turn)] = (
+                    ep, time.monotonic() + self.env_timeout)
+
+    def finish(self, ep: _Episode) -> None:
+        """An episode's end: its engine session released, its env closed, its trajectory kept."""
+        self.engine.release([ep.index])
+        if ep.env is not None:
+            fut = self.closer.submit(close_quietly, ep.env)
+            self.unclosed.append(fut)
+            if not ep.traj.failed:
+                self.closing.append(fut)
+        ep.traj.episode = ep.index
+        self.finished.append(ep.traj)
+        self.stats.episodes += 1
+        self.stats.policy_tokens += ep.traj.num_policy_tokens
+        if self.on_episode is not None:
+            self.on_episode(ep.traj)
 
 
 def run_groups(engine: Engine, env_factory: Callable[[], Env], item_ids: list[int], chat: ChatFormat, *,
