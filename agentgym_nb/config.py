@@ -407,6 +407,16 @@ def item_pool(cfg: RunConfig, split: str) -> list[int]:
 
 
 def validate(cfg: RunConfig) -> None:
+    """Refuse a config that cannot run, naming the field and what would be valid: its choices, its values, its
+    items, its launch."""
+    _check_choices(cfg)
+    _check_values(cfg)
+    _check_items(cfg)
+    _check_launch(cfg)
+
+
+def _check_choices(cfg: RunConfig) -> None:
+    """Every named choice among the valid ones, and the options that only some estimators read set only for them."""
     _check_choice("env", cfg.env, envs.ENV_NAMES)
     _check_choice("preset", cfg.preset, PRESETS)
     _check_choice("engine", cfg.engine, ENGINE_KINDS)
@@ -423,6 +433,10 @@ def validate(cfg: RunConfig) -> None:
         grouped = [name for name, e in ESTIMATORS.items() if e.group_baseline]
         raise ValueError(f"cut_out_of_baseline changes a group baseline, which only {', '.join(grouped)} have; "
                          f"{cfg.algorithm} has none (set cut_out_of_baseline=False)")
+
+
+def _check_values(cfg: RunConfig) -> None:
+    """Numbers in their ranges, counts positive integers, the trackers known, the schedule's own fields."""
     if not (isinstance(cfg.cut_turn_discount, (int, float)) and 0 < cfg.cut_turn_discount <= 1):
         raise ValueError(f"cut_turn_discount must be in (0, 1] (1: no discount), got {cfg.cut_turn_discount!r}")
     if cfg.tis_cap is not None and (isinstance(cfg.tis_cap, bool) or not isinstance(cfg.tis_cap, (int, float))
@@ -458,6 +472,10 @@ def validate(cfg: RunConfig) -> None:
     check_fields(cfg)   # rounds_every and the adaptive_* options, whichever schedule is chosen
     _check_choice("adaptive_metric", cfg.adaptive_metric, ADAPTIVE_METRICS)
     round_schedule(cfg)   # the chosen schedule's checks of rounds: positive, one when fixed, never shrinking
+
+
+def _check_items(cfg: RunConfig) -> None:
+    """The env's address, the train and test item spans, track and levels, and held-out items never trained on."""
     if cfg.env_url is not None:
         urls = [cfg.env_url] if isinstance(cfg.env_url, str) else cfg.env_url
         if not isinstance(urls, list) or not urls or not all(
@@ -487,6 +505,10 @@ def validate(cfg: RunConfig) -> None:
     if shared:
         raise ValueError(f"train_items {cfg.train_items} and test_items {cfg.test_items} overlap (e.g. item "
                          f"{min(shared)}): held-out items must not be trained on")
+
+
+def _check_launch(cfg: RunConfig) -> None:
+    """What the update and the engine are split into."""
     if cfg.mini_batches > cfg.prompts_per_step:
         raise ValueError(f"mini_batches ({cfg.mini_batches}) cannot exceed prompts_per_step ({cfg.prompts_per_step})")
     if not isinstance(cfg.rollout_tp, int) or isinstance(cfg.rollout_tp, bool) or cfg.rollout_tp < 1:
