@@ -184,7 +184,8 @@ def test_the_readme_table_is_the_reports_numbers_arm_by_budget_with_its_pairs_an
         ["| stepwise - fixed20", "equal steps", "+0.0 [+0.0, +0.0]"],
         ["| stepwise - fixed20", "equal tokens", "+0.0 [+0.0, +0.0]"]]
     items = block["pairs"]["stepwise - fixed6 @ steps"]["ci95_items"]
-    assert pairs[0].endswith(f"| [{100 * items[0]:+.1f}, {100 * items[1]:+.1f}] | 3 |")
+    # every seed alike: no spread, so two seeds would give a +/- 3-point interval
+    assert pairs[0].endswith(f"| [{100 * items[0]:+.1f}, {100 * items[1]:+.1f}] | 3 | 2 |")
     verdict_lines = [line for line in lines if line.startswith("- ")]
     assert len(verdict_lines) == len(block["verdicts"])
     assert "stepwise ends at or above both fixed horizons, equal steps: **inconclusive** (stepwise minus fixed6 " \

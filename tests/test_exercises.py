@@ -146,6 +146,16 @@ def test_seeds_to_establish_by_hand():
     assert seeds_to_establish(0.01, 0.2) == 1537
 
 
+def test_seeds_for_half_width_by_hand():
+    from agentgym_nb.viz.plots import seeds_for_half_width
+    # sd 0.05, half-width 0.03: n = 9 gives 2.306 * 0.05 / 3 = 0.0384, n = 10 2.262 * 0.05 / 3.162 = 0.0358, n = 12
+    # 2.201 * 0.05 / 3.464 = 0.0318, n = 13 2.179 * 0.05 / 3.606 = 0.0302, n = 14 2.160 * 0.05 / 3.742 = 0.0289
+    assert seeds_for_half_width(0.05, 0.03) == 14
+    assert seeds_for_half_width(0.0, 0.03) == 2          # no spread: two seeds
+    # past 31 seeds the quantile is 1.96: n >= (1.96 * 0.2 / 0.03)^2 = 170.7
+    assert seeds_for_half_width(0.2, 0.03) == 171
+
+
 def test_seeds_needed_checker(capsys):
     cases = [("a", 0.05, 0.03), ("b", -0.02, 0.04), ("c", 0.0, 0.02), ("d", 0.01, 0.2)]
     exercises.check_seeds_needed(lambda m, s: None, cases)

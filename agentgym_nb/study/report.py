@@ -249,6 +249,7 @@ def summary(block: dict) -> str:
 TABLE_MARKERS = ("<!-- horizon-study-table -->", "<!-- /horizon-study-table -->")
 BUDGETS = {"steps": "equal steps", "tokens": "equal tokens"}
 TABLE_PAIRS = [("stepwise", "fixed6"), ("stepwise", "fixed20")]
+TARGET_HALF_WIDTH = 0.03   # the study's aim for these differences: +/- 3 points over seeds
 
 
 def readme_table(block: dict) -> str:
@@ -267,17 +268,20 @@ def readme_table(block: dict) -> str:
             if point in row:
                 at = row[point]
                 budget += " (its equal-steps point)" if point == "tokens" and arm in LONG.values() else ""
-                lines.append(f"| {arm} | {budget} | {_success(at['success_h20'])} | {len(at['per_seed'])} | "
+                lines.append(f"| {arm} | {budget} | {_success(at['success_h20'], len(at['per_seed']))} | "
+                             f"{len(at['per_seed'])} | "
                              f"{at['sampled_tokens'][0]:,.0f} |")
     lines += ["", "| paired difference, points | budget | mean [95% CI over seeds] | 95% CI over (seed, item) | "
-                  "seeds |", "|---|---|---|---|---|"]
+                  f"seeds | seeds for +/- {100 * TARGET_HALF_WIDTH:g} points |", "|---|---|---|---|---|---|"]
     for a, b in TABLE_PAIRS:
         for point, budget in BUDGETS.items():
             d = block["pairs"].get(f"{a} - {b} @ {point}")
             if d:
                 lo, hi = (100 * x for x in d["ci95_items"])
-                lines.append(f"| {a} - {b} | {budget} | {_points(d['mean'], *d['ci95_seeds'])} | "
-                             f"[{lo:+.1f}, {hi:+.1f}] | {len(d['seeds'])} |")
+                over_seeds = _points(d["mean"], *d["ci95_seeds"]) if len(d["seeds"]) > 1 else \
+                    f"{100 * d['mean']:+.1f} (one seed)"
+                lines.append(f"| {a} - {b} | {budget} | {over_seeds} | "
+                             f"[{lo:+.1f}, {hi:+.1f}] | {len(d['seeds'])} | {_seeds_needed(d['per_seed'])} |")
     lines.append("")
     lines += [f"- {v['claim']}: **{v['verdict']}** ({decided_by(v)})" for v in block["verdicts"].values()]
     return "\n".join(lines)
@@ -303,10 +307,19 @@ def decided_by(verdict: dict) -> str:
     return "; ".join(said) or "no finished run of the arms it reads"
 
 
-def _success(interval: list[float]) -> str:
+def _success(interval: list[float], seeds: int = 2) -> str:
     m, lo, hi = (100 * x for x in interval)
-    return f"{m:.1f}% [{lo:.1f}, {hi:.1f}]"
+    return f"{m:.1f}% [{lo:.1f}, {hi:.1f}]" if seeds > 1 else f"{m:.1f}% (one seed)"
 
 
 def _points(mean: float, lo: float, hi: float) -> str:
     return f"{100 * mean:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+
+
+def _seeds_needed(per_seed: list[float]) -> str:
+    """How many seeds a 95% interval over seeds of half-width TARGET_HALF_WIDTH takes, at the per-seed spread seen
+    so far (two seeds or more; one seed has no spread to go by)."""
+    from ..viz.plots import seeds_for_half_width
+    if len(per_seed) < 2:
+        return "-"
+    return str(seeds_for_half_width(float(np.std(per_seed, ddof=1)), TARGET_HALF_WIDTH))

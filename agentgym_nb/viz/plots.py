@@ -91,6 +91,16 @@ def seeds_to_establish(mean: float, sd: float) -> float:
     return max(len(T975) + 2, math.floor((1.96 * sd / abs(mean)) ** 2) + 1)
 
 
+def seeds_for_half_width(sd: float, half_width: float) -> float:
+    """The fewest seeds n >= 2 whose 95% t-interval over seeds would be at most `half_width` either side of the mean
+    if the per-seed values kept this unbiased standard deviation: the smallest n with t_{0.975, n-1} sd / sqrt(n)
+    <= half_width (past 31 seeds 1.96: n = ceil((1.96 sd / half_width)^2))."""
+    for n in range(2, len(T975) + 2):
+        if T975[n - 2] * sd / math.sqrt(n) <= half_width:
+            return n
+    return max(len(T975) + 2, math.ceil((1.96 * sd / half_width) ** 2))
+
+
 ESTABLISHED_COLORS = {1: "C2", -1: "C3", 0: "C7"}   # green: established above 0; red: below; grey: not established
 
 
