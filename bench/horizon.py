@@ -9,7 +9,7 @@ tokens sampled.
     .venv/bin/python bench/horizon.py --report                          # read finished runs, write the JSON only
     .venv/bin/python bench/horizon.py --report --out bench/results/horizon.json   # the 2026-11-26 study, re-judged
     .venv/bin/python bench/horizon.py --commit-start outputs/models/nano-babyai-cpu-<hash>   # commit a start model
-    python3 bench/horizon.py --pilot --device cuda                       # how many runs share one GPU well (~minutes)
+    python3 bench/horizon.py --pilot --device cuda                       # how many runs share one GPU well (4 and 16 runs)
     .venv/bin/python bench/horizon.py --table                           # the README's table of the report, markdown
 
 Every run starts from one model, the study's start: by default the long track's cpu nano committed at

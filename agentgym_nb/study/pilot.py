@@ -1,5 +1,5 @@
 """How many of the study's runs share one GPU well, measured before a study is sized to a call: for N runs on the card
-(a ladder, 1, 4, 8, 16 by default) it starts N fixed-20 trainers as the scheduler starts runs (processes, each with
+(a ladder, 4 and 16 by default) it starts N fixed-20 trainers as the scheduler starts runs (processes, each with
 cores // N threads on cores of its own), lets them load, then trains them side by side for a few steps in a time box
 and evaluates each once; and it does it again under CUDA MPS where the machine lets it start the MPS daemon. Per N: the
 median seconds of a training step (each run's first step left out: it warms the card up), the steps per second of all
@@ -27,7 +27,7 @@ from .scheduler import start_run, threads_per_run
 from .settings import RESULT, ROOT, Study, write_json
 
 PILOT_RESULT = os.path.join(ROOT, "bench", "results", "horizon_pilot.json")
-LADDER = (1, 4, 8, 16)
+LADDER = (4, 16)            # two rungs keep a pilot near a minute a mode; --pilot-runs gives others
 MAX_STEPS = 3                # each run's training steps: the first warms up, the others are measured
 EVAL_ITEMS = 32              # held-out items each run evaluates once (scaled to the study's by item count)
 CALL_SECONDS = 530           # bench/horizon_gpu.sh's timeout: a 9-minute call less the machine's start and installs
