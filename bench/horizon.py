@@ -10,7 +10,7 @@ tokens sampled.
     .venv/bin/python bench/horizon.py --report --out bench/results/horizon.json   # the 2026-11-26 study, re-judged
     .venv/bin/python bench/horizon.py --commit-start outputs/models/nano-babyai-cpu-<hash>   # commit a start model
     python3 bench/horizon.py --pilot --device cuda                       # how many runs share one GPU well (4 and 16 runs)
-    .venv/bin/python bench/horizon.py --table                           # the README's table of the report, markdown
+    .venv/bin/python bench/horizon.py --table [--write README.md]       # the README's table of the report, markdown
 
 Every run starts from one model, the study's start: by default the long track's cpu nano committed at
 models/nano-babyai-long/ (weights, tokenizer, build record and start.json with the weights' sha256), so any machine
@@ -96,6 +96,8 @@ def main() -> None:
     ap.add_argument("--report", action="store_true", help="only read finished runs and write the JSON")
     ap.add_argument("--table", action="store_true",
                     help="print the README's table of the study in --out (markdown between its markers); runs nothing")
+    ap.add_argument("--write", metavar="FILE", help="with --table: put the table between the markers in FILE (the "
+                                                    "README), which must hold them")
     ap.add_argument("--pilot", action="store_true",
                     help="on a GPU (--device cuda; on the CPU a test of it): the step time of fixed-20 runs sharing "
                          "the card for each of --pilot-runs, with and without CUDA MPS, and how many fit a 9-minute "
@@ -135,7 +137,13 @@ def main() -> None:
         block = report.recorded_block(study, out)
         if block is None:
             raise SystemExit(f"{out} records no {study_key(study)} study")
-        print("\n".join([report.TABLE_MARKERS[0], report.readme_table(block), report.TABLE_MARKERS[1]]))
+        table = report.readme_table(block)
+        if args.write:
+            with open(args.write) as f:
+                text = report.quote_table(f.read(), table)
+            with open(args.write, "w") as f:
+                f.write(text)
+        print("\n".join([report.TABLE_MARKERS[0], table, report.TABLE_MARKERS[1]]))
         return
     if args.pilot:
         start = resolve_start(args.preset, args.start, args.rebuild_start)

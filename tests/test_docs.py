@@ -151,6 +151,16 @@ def test_a_readme_table_that_differs_from_the_report_is_caught():
         horizon_table_in(f"{opening}\n| a | 1 |\n")
 
 
+def test_quote_table_replaces_what_stood_between_the_markers():
+    from agentgym_nb.study.report import TABLE_MARKERS, quote_table
+    opening, closing = TABLE_MARKERS
+    text = f"# Study\n\n{opening}\n| old | 1 |\n{closing}\n\nmore\n"
+    assert quote_table(text, "| new | 2 |") == f"# Study\n\n{opening}\n| new | 2 |\n{closing}\n\nmore\n"
+    assert horizon_table_in(quote_table(text, "| new | 2 |")) == "| new | 2 |"
+    with pytest.raises(ValueError, match="no <!-- horizon-study-table -->"):
+        quote_table("# no markers\n", "| new | 2 |")
+
+
 MD_LINK = re.compile(r"(?:\]\(|href=\")([^)\"\s]+)(?=[)\"])")   # a link's target, markdown or HTML
 
 

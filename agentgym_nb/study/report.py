@@ -247,6 +247,15 @@ def summary(block: dict) -> str:
 
 # The README quotes the study between these lines; tests/test_docs.py holds what is between them to `readme_table`.
 TABLE_MARKERS = ("<!-- horizon-study-table -->", "<!-- /horizon-study-table -->")
+
+
+def quote_table(text: str, table: str) -> str:
+    """`text` (the README) with `table` between its TABLE_MARKERS in place of what stood there."""
+    opening, closing = TABLE_MARKERS
+    if opening not in text or closing not in text.split(opening, 1)[1]:
+        raise ValueError(f"the file holds no {opening} ... {closing} pair to put the table between")
+    before, rest = text.split(opening, 1)
+    return f"{before}{opening}\n{table}\n{closing}{rest.split(closing, 1)[1]}"
 BUDGETS = {"steps": "equal steps", "tokens": "equal tokens"}
 TABLE_PAIRS = [("stepwise", "fixed6"), ("stepwise", "fixed20")]
 TARGET_HALF_WIDTH = 0.03   # the study's aim for these differences: +/- 3 points over seeds
@@ -259,7 +268,8 @@ def readme_table(block: dict) -> str:
     claim: its verdict and the numbers that decided it."""
     settings = block["settings"]
     h = Study(**settings).eval_horizon
-    lines = [f"{block['cost']['runs']} runs from start weights sha256 {block['start_model']['sha256'][:12]}..., "
+    runs = block["cost"]["runs"]
+    lines = [f"{runs} run{'s' * (runs != 1)} from start weights sha256 {block['start_model']['sha256'][:12]}..., "
              f"lr {block['lr']:g}, {settings['steps']} steps to the equal-steps point, held-out success on "
              f"{len(block['eval_item_ids'])} items at H = {h} (95% intervals over seeds):", "",
              f"| arm | budget | held-out success at H = {h} | seeds | policy tokens |", "|---|---|---|---|---|"]
