@@ -177,11 +177,15 @@ def test_the_committed_report_judges_the_two_fixed_horizon_claims_apart():
                for r in rows)
 
 
-def test_the_default_report_is_the_study_from_the_committed_start_once_it_holds_a_run(tmp_path, monkeypatch):
+def test_the_default_report_is_the_study_from_the_committed_start_once_it_pairs_three_seeds(tmp_path, monkeypatch):
     path = tmp_path / "horizon_study.json"
     monkeypatch.setattr(study, "STUDY_RESULT", str(path))
     assert study.default_report() == study.RESULT                  # not there yet
-    path.write_text(json.dumps({"studies": {study.MAIN_STUDY: {"runs": {}}}}))
-    assert study.default_report() == study.RESULT                  # there, without a finished run
-    path.write_text(json.dumps({"studies": {study.MAIN_STUDY: {"runs": {"fixed6/s0": {}}}}}))
+    path.write_text(json.dumps({"studies": {study.MAIN_STUDY: {"runs": {"fixed6/s0": {}}, "pairs": {}}}}))
+    assert study.default_report() == study.RESULT                  # a run, but nothing paired: no interval to read
+    two = {"stepwise - fixed6 @ steps": {"seeds": [0, 1]}}
+    path.write_text(json.dumps({"studies": {study.MAIN_STUDY: {"runs": {"fixed6/s0": {}}, "pairs": two}}}))
+    assert study.default_report() == study.RESULT                  # two seeds: fewer than the rules' min_seeds
+    three = {"stepwise - fixed6 @ steps": {"seeds": [0, 1, 2]}}
+    path.write_text(json.dumps({"studies": {study.MAIN_STUDY: {"runs": {"fixed6/s0": {}}, "pairs": three}}}))
     assert study.default_report() == str(path)

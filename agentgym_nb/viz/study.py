@@ -38,6 +38,7 @@ ARM_GROUPS = {"horizon schedules, GRPO": ["fixed6", "fixed20", "stepwise", "adap
               "episodes cut by the horizon, fixed H = 20": ["fixed20", "fixed20-cut-baseline", "fixed20-cut-discount"]}
 MAIN_STUDY = "cpu-lr0.0003-steps60-n4"
 STUDY_RESULT = os.path.join(os.path.dirname(RESULT), "horizon_study.json")   # the runs from the committed start
+MIN_SEEDS = 3   # the study's rules' min_seeds: fewer seeds establish nothing
 
 
 def load_studies(path: str = RESULT) -> dict[str, dict]:
@@ -57,12 +58,14 @@ def load_study(key: str = MAIN_STUDY, path: str = RESULT) -> dict:
 
 
 def default_report() -> str:
-    """The report a lesson reads: `STUDY_RESULT` (the runs from the committed start weights) once it holds a
-    finished run, else `RESULT` (the study of 2026-11-25/26, re-judged by today's rules)."""
+    """The report a lesson reads: `STUDY_RESULT` (the runs from the committed start weights) once its main study
+    holds a paired difference over MIN_SEEDS seeds (what a verdict, an interval over seeds and the lessons' exercises
+    need), else `RESULT` (the study of 2026-11-25/26, re-judged by today's rules)."""
     if os.path.exists(STUDY_RESULT):
         with open(STUDY_RESULT) as f:
-            if any(block.get("runs") for block in json.load(f).get("studies", {}).values()):
-                return STUDY_RESULT
+            block = json.load(f).get("studies", {}).get(MAIN_STUDY, {})
+        if any(len(pair.get("seeds", [])) >= MIN_SEEDS for pair in block.get("pairs", {}).values()):
+            return STUDY_RESULT
     return RESULT
 
 
