@@ -304,7 +304,8 @@ def decided_by(verdict: dict) -> str:
         if isinstance(value, dict) and "ci95_seeds" in value:
             seeds = len(value["seeds"])
             said.append(f"{name.replace('_', ' ')} {_points(value['mean'], *value['ci95_seeds'])} points over "
-                        f"{seeds} seed{'s' * (seeds != 1)}")
+                        f"{seeds} seeds" if seeds > 1 else f"{name.replace('_', ' ')} {100 * value['mean']:+.1f} "
+                        "points (one seed)")
     ratio = verdict.get("tokens_ratio_stepwise_over_fixed20")
     if ratio:
         seeds = sum(x["log_ratio"] is not None for x in verdict["per_seed"])
