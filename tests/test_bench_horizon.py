@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from agentgym_nb.study.report import _pack, _unpack, arm_surface, cost, readme_table, report
+from agentgym_nb.study.report import _pack, _unpack, arm_surface, cost, decided_by, readme_table, report
 from agentgym_nb.study.runs import surface_horizons
 from agentgym_nb.study.scheduler import planned, start_run
 from agentgym_nb.study.settings import (ARMS, CUT_ARMS, MAIN_ARMS, RULES, START_DIRS, Study, commit_start, read_start,
@@ -543,3 +543,15 @@ def test_the_cpu_study_starts_from_the_committed_long_track_nano_its_report_name
     assert models.weights_digest(start) == recorded["sha256"]
     assert {s["start_model"]["sha256"] for s in studies.values()} == {recorded["sha256"]}
     assert read_start(start)["sha256"] == recorded["sha256"]
+
+
+def test_a_tokens_verdict_without_a_ratio_says_why():
+    """Both of seed 0's runs started above the target (it is 80% of fixed 20's final success): the tokens to reach it
+    are 0 for both, no ratio exists, and the README's line says so instead of that nothing finished."""
+    verdict = {"claim": "c", "rule": "r", "verdict": "inconclusive", "target_success": 0.048,
+               "per_seed": [{"seed": 0, "stepwise_tokens": 0.0, "fixed20_tokens": 0.0, "log_ratio": None}],
+               "tokens_ratio_stepwise_over_fixed20": None, "stepwise_stayed_below_target": []}
+    assert decided_by(verdict) == ("no seed has a tokens ratio to reach 4.8% held-out: in seed 0 a run was at the "
+                                   "target from its start")
+    assert decided_by({"claim": "c", "rule": "r", "verdict": "inconclusive", "per_seed": []}) == \
+        "no finished run of the arms it reads"

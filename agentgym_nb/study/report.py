@@ -311,6 +311,11 @@ def decided_by(verdict: dict) -> str:
         seeds = sum(x["log_ratio"] is not None for x in verdict["per_seed"])
         said.append(f"tokens stepwise / fixed20 to reach {verdict['target_success']:.1%} held-out: {ratio[0]:.2f} "
                     f"[{ratio[1]:.2f}, {ratio[2]:.2f}] over {seeds} seed{'s' * (seeds != 1)}")
+    elif verdict.get("per_seed") and "target_success" in verdict:   # tokens_to_reach gave no ratio in any seed
+        at_start = [x["seed"] for x in verdict["per_seed"] if 0 in (x["stepwise_tokens"], x["fixed20_tokens"])]
+        said.append(f"no seed has a tokens ratio to reach {verdict['target_success']:.1%} held-out"
+                    + (f": in seed {', '.join(map(str, at_start))} a run was at the target from its start"
+                       if at_start else ""))
     if verdict.get("stepwise_stayed_below_target"):
         said.append(f"stepwise stayed below the target in seeds {verdict['stepwise_stayed_below_target']}")
     if verdict.get("missing_pairs"):
