@@ -70,7 +70,8 @@ def lesson_preset(notebook: str, preset: str, full: bool) -> str:
 def execute(notebook: str, preset: str, fresh: bool, build: str = BUILD) -> str:
     """papermill `notebook` at `preset` into <build>/notebooks/, the exercises with their reference solutions; beside
     it a stamp records the preset, the source hash, the seconds it took, the commit and the date. A copy of the same
-    source at the same preset is reused unless `fresh`."""
+    source at the same preset is reused unless `fresh`, and so is one whose notebook has changed only in its prose
+    (`with_new_prose`)."""
     name = os.path.basename(notebook)
     out = os.path.join(build, "notebooks", name)
     stamp = out + ".json"
@@ -79,6 +80,12 @@ def execute(notebook: str, preset: str, fresh: bool, build: str = BUILD) -> str:
             made = json.load(f)
         if made["preset"] == preset and made["source_sha256"] == source_hash(notebook) and "commit" in made:
             print(f"book: {name} already executed at the {preset} preset", flush=True)
+            return out
+        if made["preset"] == preset and "commit" in made and with_new_prose(notebook, out):
+            made["source_sha256"] = source_hash(notebook)
+            with open(stamp, "w") as f:
+                json.dump(made, f)
+            print(f"book: {name} already executed at the {preset} preset; only its prose changed since", flush=True)
             return out
     os.makedirs(os.path.dirname(out), exist_ok=True)
     t0 = time.time()
@@ -90,6 +97,33 @@ def execute(notebook: str, preset: str, fresh: bool, build: str = BUILD) -> str:
                    "commit": _commit(ROOT), "date": time.strftime("%Y-%m-%d")}, f)
     print(f"book: {name} executed in {time.time() - t0:.0f} s", flush=True)
     return out
+
+
+def with_new_prose(notebook: str, executed: str) -> bool:
+    """Where `notebook` differs from its executed copy only in markdown cells, put its markdown into the copy (the
+    code cells and their outputs stay) and say True; otherwise change nothing and say False. Outputs come from code
+    alone, so a prose edit needs no new run."""
+    with open(notebook) as f:
+        source = json.load(f)
+    with open(executed) as f:
+        done = json.load(f)
+    injected = [c for c in done["cells"] if "injected-parameters" in c.get("metadata", {}).get("tags", [])]
+    ran = [c for c in done["cells"] if c["cell_type"] == "code" and c not in injected]
+
+    def code(cells):
+        return [(c.get("metadata", {}).get("tags", []), "".join(c["source"]))
+                for c in cells if c["cell_type"] == "code"]
+    if code(ran) != code(source["cells"]):
+        return False
+    outputs, cells = iter(ran), []
+    for cell in source["cells"]:
+        cells.append(next(outputs) if cell["cell_type"] == "code" else cell)
+        if "parameters" in cell.get("metadata", {}).get("tags", []):
+            cells += injected
+    done["cells"] = cells
+    with open(executed, "w") as f:
+        json.dump(done, f, indent=1)
+    return True
 
 
 def source_hash(notebook: str) -> str:

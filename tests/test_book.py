@@ -79,6 +79,18 @@ def test_a_rendered_lesson_records_where_it_came_from_and_goes_stale_when_its_no
     json.dump(nb, open(notebook, "w"))
     [stale] = book.stale_renders(str(lessons), str(tmp_path))
     assert f"notebooks/{lesson}.ipynb changed since it was rendered" in stale
+    # a prose edit is rendered from the same execution: its outputs and stamp stay, its markdown is the new one
+    outputs = [c["outputs"] for c in json.load(open(executed))["cells"] if c["cell_type"] == "code"]
+    assert book.execute(str(notebook), "smoke", fresh=False, build=str(tmp_path / "build")) == executed
+    assert json.load(open(executed + ".json"))["seconds"] == seconds
+    assert [c["outputs"] for c in json.load(open(executed))["cells"] if c["cell_type"] == "code"] == outputs
+    book.render_lesson(executed, str(notebook), str(lessons), root=str(tmp_path))
+    assert "A sentence added after the render." in open(out).read()
+    assert book.stale_renders(str(lessons), str(tmp_path)) == []
+    code = next(c for c in nb["cells"] if c["cell_type"] == "code" and "parameters" not in c["metadata"].get("tags", []))
+    code["source"].append("\nprint('a line of code added after the run')")
+    json.dump(nb, open(notebook, "w"))
+    assert not book.with_new_prose(str(notebook), executed)   # new code needs a new run
     notebook.unlink()
     assert "no longer exists" in book.stale_renders(str(lessons), str(tmp_path))[0]
 
