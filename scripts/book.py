@@ -56,9 +56,13 @@ KEY_FIGURES = {
 
 
 # the lessons whose cpu run takes more than ~15 minutes on 2 cores (the README's table): rendered at smoke unless --full
-CPU_MINUTES = {"04_fixed_horizon": "10-15 min on the one-room track (an estimate)",
-               "05_scalinginter": "25-30 min on the one-room track with its comparison (an estimate)",
+CPU_MINUTES = {"05_scalinginter": "25-30 min on the one-room track with its comparison (an estimate)",
                "06b_running_a_grid": "35-40 min", "07_pass_at_k": "30-37 min"}
+
+
+# what a page run at smoke says in a box of its own: a step or two on a few tasks teach the mechanics, not the results
+PLACEHOLDERS = ("Its numbers are placeholders: at the smoke preset every run trains a step or two on a handful of "
+                "tasks, so its tables, curves and intervals show how the lesson works, not what training achieves.")
 
 
 def lesson_preset(notebook: str, preset: str, full: bool) -> str:
@@ -88,12 +92,12 @@ def execute(notebook: str, preset: str, fresh: bool, build: str = BUILD) -> str:
             print(f"book: {name} already executed at the {preset} preset; only its prose changed since", flush=True)
             return out
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    t0 = time.time()
+    t0, source = time.time(), source_hash(notebook)   # of what papermill reads now, not of an edit made meanwhile
     env = dict(os.environ, AGENTGYM_NB_PRESET=preset, AGENTGYM_NB_SOLUTIONS="1")
     subprocess.run([os.path.join(os.path.dirname(sys.executable), "papermill"), notebook, out, "--no-progress-bar",
                     "--cwd", os.path.dirname(notebook)], check=True, env=env)
     with open(stamp, "w") as f:
-        json.dump({"preset": preset, "source_sha256": source_hash(notebook), "seconds": round(time.time() - t0),
+        json.dump({"preset": preset, "source_sha256": source, "seconds": round(time.time() - t0),
                    "commit": _commit(ROOT), "date": time.strftime("%Y-%m-%d")}, f)
     print(f"book: {name} executed in {time.time() - t0:.0f} s", flush=True)
     return out
@@ -176,7 +180,8 @@ def render_lesson(executed: str, notebook: str, out_dir: str = LESSONS, *, root:
             f"> The lesson [`{made['notebook']}`]({link}) as it ran at the `{preset}` preset{took} on "
             f"{made['date']}, commit {made['commit']}, on a {made['machine']}"
             + ("; its exercises ran with their reference solutions" if solved else "")
-            + ". The notebook itself is committed without outputs.\n\n")
+            + ". The notebook itself is committed without outputs.\n\n"
+            + (f"> **{PLACEHOLDERS}**\n\n" if preset == "smoke" else ""))
     target = os.path.join(out_dir, f"{lesson}.md")
     with open(target, "w") as f:
         f.write(head + body)

@@ -136,6 +136,7 @@ def test_the_book_runs_the_long_lessons_at_smoke_unless_full_and_their_pages_say
         made = book.rendered(path)
         if made["preset"] == "smoke" and lesson in book.CPU_MINUTES:
             assert f"at the cpu preset it takes {book.CPU_MINUTES[lesson]}" in open(path).read(), path
+        assert (book.PLACEHOLDERS in open(path).read()) == (made["preset"] == "smoke"), path
         assert ROOT not in open(path).read(), f"{path} prints a path of the machine that made it"
 
 
