@@ -9,7 +9,8 @@
     .venv/bin/python scripts/book.py --check               # which rendered lessons are older than their notebooks
 
 At the cpu preset, the lessons that take more than ~15 minutes there on 2 cores (CPU_MINUTES) run at the smoke
-preset unless --full, and their rendered page says so and what the cpu run would cost. Executed copies go to docs/_build/notebooks/ (an existing copy made at the same preset is reused unless --fresh;
+preset unless --full, and their rendered page says so and what the cpu run would cost; a page of theirs made at cpu by
+--full is kept while its notebook's source is unchanged. Executed copies go to docs/_build/notebooks/ (an existing copy made at the same preset is reused unless --fresh;
 the notebooks reuse their finished training runs under outputs/runs/ too), the site to docs/_build/html/. Each
 lesson's exercises run with their reference solutions (AGENTGYM_NB_SOLUTIONS=1, agentgym_nb/exercises.py). The
 rendered lessons go to docs/lessons/ (commit those; docs/_build/ is not), each opening with the commit, date,
@@ -264,6 +265,20 @@ def coloured_html_as_png(nb):
     return nb
 
 
+def page_of(notebook: str, lessons: str = LESSONS) -> str:
+    return os.path.join(lessons, os.path.splitext(os.path.basename(notebook))[0] + ".md")
+
+
+def page_made_at(notebook: str, preset: str, lessons: str = LESSONS) -> bool:
+    """Whether `notebook`'s rendered page was made at `preset` from its current source: a long lesson rendered at cpu
+    by --full keeps that page when the book is made again without --full."""
+    page = page_of(notebook, lessons)
+    if not os.path.exists(page):
+        return False
+    made = rendered(page)
+    return made["preset"] == preset and made["source_sha256"] == source_hash(notebook)
+
+
 def rendered(path: str) -> dict:
     """The provenance a rendered lesson's first line records."""
     with open(path) as f:
@@ -386,7 +401,11 @@ def main() -> None:
     presets = [lesson_preset(nb, args.preset, args.full) for nb in notebooks]
     executed = notebooks if args.no_execute else [execute(nb, p, args.fresh) for nb, p in zip(notebooks, presets)]
     if not args.no_execute:
-        for nb, done in zip(notebooks, executed):
+        for nb, done, preset in zip(notebooks, executed, presets):
+            if preset != args.preset and page_made_at(nb, args.preset):
+                print(f"book: keeps {os.path.relpath(page_of(nb), ROOT)}, made at the {args.preset} preset (--full) "
+                      f"from this notebook's source, not the {preset} run")
+                continue
             print(f"book: {os.path.relpath(render_lesson(done, nb), ROOT)}")
     if not args.only:
         html = render(executed, "the notebooks as committed, not executed" if args.no_execute

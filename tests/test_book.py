@@ -125,6 +125,24 @@ def test_coloured_html_outputs_are_rendered_as_pictures_and_tables_stay_tables(t
     assert (made["commit"], made["date"], made["preset"]) == ("abc1234", "2026-01-02", "smoke")   # the execution's
 
 
+def test_a_long_lessons_page_made_at_cpu_is_kept_until_its_notebook_changes(tmp_path):
+    book = _book()
+    notebook = tmp_path / "07_pass_at_k.ipynb"
+    shutil.copy(os.path.join(ROOT, "notebooks", "07_pass_at_k.ipynb"), notebook)
+    lessons = tmp_path / "lessons"
+    lessons.mkdir()
+    assert not book.page_made_at(str(notebook), "cpu", str(lessons))   # no page yet
+    made = {"notebook": "notebooks/07_pass_at_k.ipynb", "source_sha256": book.source_hash(str(notebook)),
+            "preset": "cpu"}
+    (lessons / "07_pass_at_k.md").write_text(f"<!-- rendered lesson: {json.dumps(made)} -->\n\n# 07\n")
+    assert book.page_made_at(str(notebook), "cpu", str(lessons))
+    assert not book.page_made_at(str(notebook), "smoke", str(lessons))
+    nb = json.load(open(notebook))
+    nb["cells"][0]["source"].append("\nA sentence added after the render.")
+    json.dump(nb, open(notebook, "w"))
+    assert not book.page_made_at(str(notebook), "cpu", str(lessons))   # changed since: made again
+
+
 def test_the_book_runs_the_long_lessons_at_smoke_unless_full_and_their_pages_say_so():
     book = _book()
     assert book.lesson_preset("notebooks/07_pass_at_k.ipynb", "cpu", full=False) == "smoke"
