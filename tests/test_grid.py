@@ -50,7 +50,7 @@ def test_a_bad_grid_is_named(cpu, estimators, schedules, seeds, message):
 def test_the_preset_grids():
     assert grid.default_grid("smoke", 2) == dict(estimators=["grpo"], schedules=["fixed", "stepwise"], seeds=[0],
                                                  steps=1)
-    assert grid.default_grid("cpu", 40)["steps"] == 20 and grid.default_grid("cpu", 40)["seeds"] == [0, 1]
+    assert grid.default_grid("cpu", 40)["steps"] == 10 and grid.default_grid("cpu", 40)["seeds"] == [0, 1]
     assert grid.default_grid("paper", 200)["estimators"] == ["grpo", "rloo", "reinforce_plus_plus", "gae", "gigpo"]
 
 
