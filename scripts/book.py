@@ -57,7 +57,7 @@ KEY_FIGURES = {
 
 
 # the lessons whose cpu run takes more than ~15 minutes on 2 cores (the README's table): rendered at smoke unless --full
-CPU_MINUTES = {"06b_running_a_grid": "35-40 min", "07_pass_at_k": "30-37 min"}
+CPU_MINUTES = {"07_pass_at_k": "30-37 min"}
 
 
 # what a page run at smoke says in a box of its own: a step or two on a few tasks teach the mechanics, not the results
