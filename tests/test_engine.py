@@ -371,6 +371,33 @@ def test_prompts_of_like_lengths_share_a_batch(hf_engine):
     assert hf_engine._batches([10, 11, 12], [0, 0, 0]) == [[0, 1, 2]]   # 3 x 12 x 12 <= 1.5 x (100 + 121 + 144)
 
 
+def test_the_static_cache_path_compiles_one_shape_per_width_bucket_over_a_multi_turn_rollout(tiny_model_dir):
+    """A rollout's turns shrink the batch (episodes end) and lengthen the prompts (history grows). On a GPU each new
+    shape of the compiled decode step costs a compile (tens of seconds); compiled here with torch.compile's eager
+    backend and static shapes (what transformers does on a GPU), the graphs counted are those shapes: the batch is
+    always batch_size rows and widths are powers of two, so ten turns make one graph per width bucket, not one per
+    turn. The padded rows do not change the real rows' tokens."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+    from transformers.generation.configuration_utils import CompileConfig
+    static = HFEngine(tiny_model_dir, static_cache=True, batch_size=8)
+    static.compile_config = CompileConfig(backend="eager", dynamic=False)
+    static.compile_config._compile_all_devices = True   # transformers compiles on GPUs only unless told
+    plain = HFEngine(tiny_model_dir, batch_size=8)
+    params = SamplingParams(temperature=1.0, max_tokens=4, seed=11)
+    torch._dynamo.reset()
+    counters.clear()
+    widths = set()
+    for turn in range(10):   # 8 live episodes, then fewer; prompts 20 + 12 tokens a turn
+        live, length = max(2, 8 - turn), 20 + 12 * turn
+        batch = [[3 + (7 * i + j) % 400 for j in range(length + i)] for i in range(live)]
+        widths.add(max(static.STATIC_WIDTH, 2 ** math.ceil(math.log2(length + live - 1))))
+        assert [c.token_ids for c in static.generate(batch, params)] == \
+            [c.token_ids for c in plain.generate(batch, params)]
+    assert widths == {64, 128, 256}   # without the buckets: 7 batch sizes x 10 lengths, 10 shapes
+    assert 1 <= counters["stats"]["unique_graphs"] <= len(widths), dict(counters["stats"])   # 0: nothing compiled
+
+
 def test_the_static_cache_path_draws_what_the_dynamic_one_draws(tiny_model_dir, prompts, hf_engine):
     """HFEngine(static_cache=True) decodes through transformers' generate with a static KV cache (compiled on a GPU):
     the same seeds give the same tokens and log-probs as the engine's own loop, stops and lengths included."""

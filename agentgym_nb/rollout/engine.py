@@ -178,10 +178,13 @@ class HFEngine(Engine):
 
     `static_cache=True` decodes through transformers' `generate` with a static KV cache, which transformers compiles
     (torch.compile, CUDA graphs) on a GPU: a decode step is then one graph launch instead of hundreds of kernels,
-    which is what bounds a small model's sampling on a GPU. The batch keeps its shape (stopped rows ride along), prompt
-    widths are padded to multiples of STATIC_WIDTH so that few shapes compile, and each new shape compiles once
-    (tens of seconds). It keeps no episode's cache (every prompt is prefilled whole). The same seeds draw the same
-    tokens either way (`sample_next`)."""
+    which is what bounds a small model's sampling on a GPU. Each new shape of the batch or of its cache compiles (tens
+    of seconds), and a multi-turn rollout would make a new one at nearly every turn (fewer live episodes, longer
+    prompts): so a batch is always batch_size rows (a short one repeats its rows with their own seeds, which draw the
+    same tokens and stop with them), and prompt widths are padded to powers of two from STATIC_WIDTH, so a rollout
+    compiles at most one shape per width. Stopped rows ride along. It keeps no episode's cache (every prompt is
+    prefilled whole). The same seeds draw the same tokens either way (`sample_next`). `compile_config` (transformers'
+    CompileConfig, None: its default) is how a test compiles on a CPU."""
 
     STATIC_WIDTH = 64
     PAD_TOLERANCE = 1.5
@@ -201,6 +204,7 @@ class HFEngine(Engine):
         # bench/engine_speed.py: 64 x 300-token prompts ~7% faster in two batches of 32 on one EPYC thread)
         self.batch_size = batch_size or (32 if self.device.type == "cpu" else 64)
         self.static_cache = static_cache
+        self.compile_config = None
         self.eos_token_ids = eos_token_ids(model.generation_config, tokenizer)
         self.generator = torch.Generator().manual_seed(seed)   # seeds for calls that give none
         self.kept: dict[Hashable, _EpisodeKV] = {}   # session -> its episode's keys and values
@@ -232,7 +236,8 @@ class HFEngine(Engine):
         was_training = self.model.training
         self.model.eval()  # the trainer may share this model; dropout must not touch sampling
         try:
-            batches = self._batches([len(p) for p in prompts], [_kept_len(k) for k in past])
+            batches = (self._static_batches([len(p) for p in prompts]) if self.static_cache else
+                       self._batches([len(p) for p in prompts], [_kept_len(k) for k in past]))
             out: list[Completion | None] = [None] * len(prompts)
             for rows in batches:
                 pick = lambda xs: [xs[i] for i in rows]   # noqa: E731
@@ -249,6 +254,11 @@ class HFEngine(Engine):
             return out
         finally:
             self.model.train(was_training)
+
+    def _static_batches(self, lengths: list[int]) -> list[list[int]]:
+        """The static path's batches: batch_size rows at a time, longest first (each is padded to one width anyway)."""
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        return [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
 
     def _batches(self, lengths: list[int], kept: list[int]) -> list[list[int]]:
         """The prompts' rows split into batches of at most batch_size, rows of like lengths together. A batch
@@ -353,8 +363,11 @@ class HFEngine(Engine):
         """One batch through transformers' generate with a static cache, each token drawn by `sample_next` inside a
         logits processor that leaves generate only the drawn token to pick."""
         from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList   # seconds to import
-        device, B = self.device, len(prompts)
-        width = -(-max(map(len, prompts)) // self.STATIC_WIDTH) * self.STATIC_WIDTH
+        B, device = len(prompts), self.device
+        prompts, seeds = ([xs[i % B] for i in range(self.batch_size)] for xs in (prompts, seeds))   # one batch shape
+        width = self.STATIC_WIDTH
+        while width < max(map(len, prompts)):
+            width *= 2
         ids = torch.tensor([[0] * (width - len(p)) + list(p) for p in prompts], device=device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
         seeds = torch.tensor(seeds, dtype=torch.int64, device=device)
@@ -367,7 +380,8 @@ class HFEngine(Engine):
                 return torch.full_like(scores, float("-inf")).scatter(1, next_ids[:, None], 0.0)
 
         config = GenerationConfig(max_new_tokens=params.max_tokens, do_sample=False, num_beams=1,
-                                  eos_token_id=stop.tolist(), pad_token_id=0, cache_implementation="static")
+                                  eos_token_id=stop.tolist(), pad_token_id=0, cache_implementation="static",
+                                  compile_config=self.compile_config)
         self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
                             logits_processor=LogitsProcessorList([Draw()]))
         tokens, logprobs = (torch.stack(x, dim=1) for x in zip(*drawn))
