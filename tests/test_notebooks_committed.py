@@ -69,6 +69,8 @@ def test_no_lesson_starts_the_long_tracks_two_hour_build_unasked(tmp_path, monke
     said = []
     assert default_track("babyai", "cpu", None, log=said.append) == "one-room"
     assert len(said) == 1 and "about 2 hours" in said[0] and "make model TRACK=long" in said[0]
+    committed = said[0].split("-p model ")[1].split(",")[0]   # the committed start it names, from notebooks/
+    assert os.path.exists(os.path.join(ROOT, "notebooks", committed, "config.json")), committed
     assert default_track("babyai", "cpu", "long", log=said.append) == "long"   # asked for
     assert default_track("babyai", "smoke", None, log=said.append) == "long"   # a smoke build takes seconds
     assert default_track("textcraft", "cpu", None, log=said.append) is None    # its first track
