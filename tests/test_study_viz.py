@@ -76,6 +76,17 @@ def test_arms_that_have_not_finished_a_run_are_left_out_of_the_curves():
         "fixed H = 6 (1 seed)", "fixed H = 20 (2 seeds)"]
 
 
+def test_a_comparison_is_drawn_once_an_arm_of_its_own_has_runs():
+    """fixed 6 and fixed 20 make the schedules' panel; the REINFORCE++ panel would draw the same GRPO runs again until
+    an REINFORCE++ run exists."""
+    b = block()
+    assert list(study.drawn_groups(b)) == ["horizon schedules, GRPO"]
+    b["runs"]["fixed20-rpp/s0"] = {"arm": "fixed20-rpp", "seed": 0, "eval_horizon": 20, "curve_h20": [(0, 0, 0.1)]}
+    assert list(study.drawn_groups(b)) == ["horizon schedules, GRPO", "GRPO against REINFORCE++"]
+    del b["runs"]["fixed6/s0"], b["runs"]["fixed20/s1"]   # one schedule left: nothing to compare it with
+    assert list(study.drawn_groups(b)) == ["GRPO against REINFORCE++"]
+
+
 def test_established_needs_an_interval_over_two_seeds_that_misses_0():
     assert established(0.01, 0.11, seeds=3) == 1
     assert established(-0.09, -0.02, seeds=3) == -1

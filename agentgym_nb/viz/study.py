@@ -69,6 +69,15 @@ def default_report() -> str:
     return RESULT
 
 
+def drawn_groups(block: dict) -> dict[str, list[str]]:
+    """The ARM_GROUPS a report can draw: the schedules once two of them have runs; every other comparison once an arm
+    of its own (one that is not a GRPO schedule) has runs, since without one it would only draw the schedules again."""
+    (first, schedules), *others = ARM_GROUPS.items()
+    drawn = {first: schedules} if sum(bool(seeds_of(block, arm)) for arm in schedules) >= 2 else {}
+    return drawn | {title: arms for title, arms in others
+                    if any(seeds_of(block, arm) for arm in arms if arm not in schedules)}
+
+
 def seeds_of(block: dict, arm: str) -> list[int]:
     return sorted(r["seed"] for r in block["runs"].values() if r["arm"] == arm)
 
