@@ -1,5 +1,7 @@
 """pass@(k, T): the surface of pass@k over samples and evaluation horizons, by hand, and measured on the real smoke
-nano in real BabyAI (every horizon plays the same episodes, cut at its own turn limit)."""
+nano in real BabyAI (played once at the longest horizon, every shorter one read off it, and checked against playing it)."""
+import os
+
 import pytest
 import torch
 
@@ -7,6 +9,8 @@ from agentgym_nb.evaluate import horizon_surface, pass_at_k_surface
 from agentgym_nb.rollout.engine import SamplingParams
 
 pytestmark = pytest.mark.timeout(240)
+
+LONG_NANO = os.path.join(os.path.dirname(os.path.dirname(__file__)), "models", "nano-babyai-long")
 
 # two items, four samples each, at T = 2 and T = 4
 OUTCOMES = {2: {"a": [1, 0, 0, 0], "b": [0, 0, 0, 0]},
@@ -41,37 +45,56 @@ def test_items_without_every_sample_are_left_out_and_bad_input_is_refused():
         pass_at_k_surface({})
 
 
-def test_a_measured_surface_plays_the_same_episodes_at_every_horizon(tmp_path, hf_nano, chat):
-    """The smoke nano on 4 one-room items, 3 samples at T = 1, 2 and 4. Every horizon draws the same replies (the
-    sampling seed is the episode's position and turn), so an episode played with more turns repeats the shorter
-    one's replies and then goes on: a longer horizon can only add successes, episode by episode."""
+def test_a_surface_read_off_the_longest_horizon_is_what_each_horizon_plays(tmp_path):
+    """The committed long-track nano on 8 one-room items, 3 samples, T = 1, 2, 4 and 6 (it succeeds at turns 1, 3 and
+    5 there). The surface plays T = 6 once and reads the others off it; played for real at T = 1, 2 and 4, every
+    episode repeats the T = 6 episode's first replies (the sampling seed is the episode's position and turn) and
+    succeeds exactly when that one succeeded within T turns, so the surface is the one the horizons give when each
+    is played."""
     from agentgym_nb import envs
-    from agentgym_nb.evaluate import load_results
+    from agentgym_nb.evaluate import evaluate, load_results
+    from agentgym_nb.models import load_tokenizer
+    from agentgym_nb.rollout.engine import HFEngine
+    from agentgym_nb.rollout.trajectory import ChatFormat
+    tokenizer = load_tokenizer(LONG_NANO)
+    engine, chat, items = HFEngine(LONG_NANO, tokenizer=tokenizer), ChatFormat(tokenizer), list(range(100_000, 100_008))
+    kw = dict(params=SamplingParams(temperature=1.0, max_tokens=24, seed=3), max_total_tokens=768, resamples=300)
     before = torch.get_num_threads()
     torch.set_num_threads(1)   # the machine is shared
     try:
-        s = horizon_surface(hf_nano, lambda: envs.make("babyai"), list(range(100_000, 100_004)), chat,
-                            horizons=[4, 1, 2], n=3, params=SamplingParams(temperature=1.0, max_tokens=24, seed=3),
-                            max_total_tokens=768, results_dir=str(tmp_path), resamples=300)
+        s = horizon_surface(engine, lambda: envs.make("babyai"), items, chat, horizons=[6, 1, 2, 4], n=3,
+                            results_dir=str(tmp_path / "surface"), **kw)
+        for T in (1, 2, 4):
+            evaluate(engine, lambda: envs.make("babyai"), items, chat, n=3, max_rounds=T,
+                     results_path=str(tmp_path / f"played-h{T}.jsonl"), **kw)
     finally:
         torch.set_num_threads(before)
-    assert (s["horizons"], s["k"], s["n"], s["items"], s["episodes"]) == ([1, 2, 4], [1, 2, 3], 3, 4, 3 * 4 * 3)
-    assert s["item_ids"] == list(range(100_000, 100_004))
-    episodes = {}
-    for T in (1, 2, 4):
-        _, records = load_results(str(tmp_path / f"h{T}.jsonl"))   # kept per horizon: an interrupted call resumes
-        episodes[T] = {r["episode"]: r for r in records}
-        assert len(records) == 12 and all(r["num_rounds"] <= T for r in records)
+    assert (s["horizons"], s["k"], s["n"], s["items"], s["episodes"]) == ([1, 2, 4, 6], [1, 2, 3], 3, 8, 3 * 8)
+    assert s["item_ids"] == items
+    assert sorted(os.listdir(tmp_path / "surface")) == ["h6.jsonl"]   # one play, kept: an interrupted call resumes
+    longest = {r["episode"]: r for r in load_results(str(tmp_path / "surface" / "h6.jsonl"))[1]}
 
     def replies(r):
         return [m["content"] for m in r["conversations"][2:] if m["role"] == "assistant"]
 
-    for short, long in ((1, 2), (2, 4)):
-        for e, r in episodes[short].items():
-            assert replies(r) == replies(episodes[long][e])[:len(replies(r))] and replies(r)
-            assert r["success"] <= episodes[long][e]["success"]
+    assert {r["num_rounds"] for r in longest.values() if r["success"]} >= {1, 3, 5}   # a success each T tells apart
+    played = {}
+    for T in (1, 2, 4):
+        records = load_results(str(tmp_path / f"played-h{T}.jsonl"))[1]
+        assert len(records) == 24 and all(r["num_rounds"] <= T for r in records)
+        for r in records:
+            whole = longest[r["episode"]]
+            assert replies(r) and replies(r) == replies(whole)[:len(replies(r))]
+            assert r["success"] == (whole["success"] and whole["num_rounds"] <= T)
+            played.setdefault(T, {}).setdefault(r["position"], []).append(float(r["success"]))
+    played[6] = {}
+    for r in longest.values():
+        played[6].setdefault(r["position"], []).append(float(r["success"]))
+    assert s["pass@k"] == pass_at_k_surface(played, resamples=300)["pass@k"]
     for row, cis in zip(s["pass@k"], s["ci"]):
         assert row == sorted(row) and all(lo - 1e-12 <= v <= hi + 1e-12 for v, (lo, hi) in zip(row, cis))
+    for k in range(3):   # the cells are paired episode by episode: a longer horizon cannot lose a success
+        assert [row[k] for row in s["pass@k"]] == sorted(row[k] for row in s["pass@k"])
 
 
 def test_the_surface_figure_draws_one_line_per_horizon_with_its_numbers():

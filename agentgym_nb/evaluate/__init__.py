@@ -6,7 +6,7 @@ from .metrics import (avg_at_k, bootstrap_ci, bootstrap_weights, mean_ci, pass_a
                       summarize, wilson_interval)
 from .paper import load_paper_results
 from .run import evaluate, load_results
-from .surface import horizon_surface
+from .surface import at_horizon, horizon_surface
 
-__all__ = ["avg_at_k", "bootstrap_ci", "bootstrap_weights", "evaluate", "horizon_surface", "load_paper_results",
+__all__ = ["at_horizon", "avg_at_k", "bootstrap_ci", "bootstrap_weights", "evaluate", "horizon_surface", "load_paper_results",
            "load_results", "mean_ci", "pass_at_k", "pass_at_k_surface", "pass_hat_k", "summarize", "wilson_interval"]

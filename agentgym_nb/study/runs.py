@@ -59,7 +59,7 @@ def surface_horizons(trained: int, eval_horizon: int) -> list[int]:
 
 def measure_surface(trainer, study: Study, name: str, point: dict) -> dict:
     """pass@(k, T) of the trainer's policy (the run's last point `name`) on the first study.surface_items held-out
-    items, k = 1..SURFACE_SAMPLES (resumable: surface-<step>/h<T>.jsonl)."""
+    items, k = 1..SURFACE_SAMPLES (resumable: surface-<step>/h<longest T>.jsonl)."""
     from ..evaluate import horizon_surface
     from ..rollout.engine import SamplingParams
     cfg, t0 = trainer.cfg, time.time()
