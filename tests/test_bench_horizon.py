@@ -198,8 +198,9 @@ def test_the_readme_table_is_the_reports_numbers_arm_by_budget_with_its_pairs_an
 
 
 def test_an_arms_surface_is_the_mean_over_seeds_at_horizons_relative_to_the_trained_one():
-    def surface(trained, horizons, rows):
-        return {"trained_horizon": trained, "horizons": horizons, "k": [1, 2], "n": 16, "items": 5, "pass@k": rows}
+    def surface(trained, horizons, rows, ci=None):
+        return {"trained_horizon": trained, "horizons": horizons, "k": [1, 2], "n": 16, "items": 5, "pass@k": rows,
+                "ci": ci or [[[0, 1]] * 2] * len(rows)}
 
     long = arm_surface([surface(20, [10, 20, 40], [[.1, .2], [.2, .3], [.3, .4]]),
                                 surface(20, [10, 20, 40], [[.3, .4], [.4, .5], [.5, .6]])], 20)
@@ -211,6 +212,12 @@ def test_an_arms_surface_is_the_mean_over_seeds_at_horizons_relative_to_the_trai
     short = arm_surface([surface(6, surface_horizons(6, 20), [[.1, .1]] * 4)] * 3, 20)
     assert short["horizons"] == ["0.5x", "1x", "2x", "H = 20"] and short["T"]["H = 20"] == [20]
     assert short["ci"][3][1] == pytest.approx([.1, .1])   # three equal seeds: a zero-width interval
+    assert short["interval"] == "over seeds"
+    # one seed has no spread over seeds: the band is its own bootstrap interval over items
+    one = arm_surface([surface(20, [10, 20, 40], [[.1, .2], [.2, .3], [.3, .4]],
+                               ci=[[[.0, .2], [.1, .3]], [[.1, .3], [.2, .4]], [[.2, .4], [.3, .5]]])], 20)
+    assert one["pass@k"] == [[.1, .2], [.2, .3], [.3, .4]] and one["ci"][2] == [[.2, .4], [.3, .5]]
+    assert (one["seeds"], one["interval"]) == (1, "over items (one seed)")
     assert arm_surface([], 20) is None
 
 

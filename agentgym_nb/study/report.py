@@ -156,7 +156,8 @@ def report(study: Study, arms: list[str], seeds: list[int], recorded: dict, star
 def arm_surface(surfaces: list[dict], eval_horizon: int) -> dict | None:
     """The pass@(k, T) surfaces of an arm's seeds as one: per evaluation horizon relative to the one each policy
     trained at (0.5x, 1x, 2x, and the study's H), the mean over seeds of each pass@k with its 95% t-interval over
-    seeds, in the shape of one surface ("horizons" are those labels) so it is drawn alike."""
+    seeds (one seed: its bootstrap interval over items), in the shape of one surface ("horizons" are those labels) so
+    it is drawn alike."""
     from ..viz.plots import t_interval
     if not surfaces:
         return None
@@ -172,11 +173,18 @@ def arm_surface(surfaces: list[dict], eval_horizon: int) -> dict | None:
             cells.setdefault(label, []).append(row)
             trained.setdefault(label, set()).add(T)
     order = [lab for lab in ("0.5x", "1x", "2x", f"H = {eval_horizon}") if lab in cells]
-    stats = {lab: [t_interval([row[j] for row in cells[lab]], bounds=(0, 1)) for j in range(len(ks))] for lab in order}
+    if len(surfaces) == 1:   # one seed has no spread over seeds: its own bootstrap interval over items instead
+        s = surfaces[0]
+        ci = {labels[T]: row for T, row in zip(s["horizons"], s["ci"])}
+        stats = {lab: [(m, *ci[lab][j]) for j, m in enumerate(cells[lab][0])] for lab in order}
+    else:
+        stats = {lab: [t_interval([row[j] for row in cells[lab]], bounds=(0, 1)) for j in range(len(ks))]
+                 for lab in order}
     return {"horizons": order, "T": {lab: sorted(trained[lab]) for lab in order}, "k": ks, "n": surfaces[0]["n"],
             "items": surfaces[0]["items"], "seeds": len(surfaces),
             "pass@k": [[m for m, _, _ in stats[lab]] for lab in order],
-            "ci": [[[lo, hi] for _, lo, hi in stats[lab]] for lab in order], "level": 0.95, "interval": "over seeds"}
+            "ci": [[[lo, hi] for _, lo, hi in stats[lab]] for lab in order], "level": 0.95,
+            "interval": "over seeds" if len(surfaces) > 1 else "over items (one seed)"}
 
 
 def cost(runs: dict) -> dict:

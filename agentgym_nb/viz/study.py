@@ -366,7 +366,8 @@ def plot_pass_at_k_surface(surfaces: dict, *, path: str | None = None, title: st
         ax.minorticks_off()
         ax.set_ylim(0, min(1.0, max(0.05, 1.1 * max(max(line["hi"]) for line in lines))))
         ax.set_xlabel("k (samples per task)")
-        what = f"{surface['items']} tasks x {surface['n']} samples"
+        what = f"{surface['items']} tasks x {surface['n']} samples" + (
+            f", 95% band {surface['interval']}" if "interval" in surface else "")
         finish(ax, title=f"{label}\n{what}" if label else what)
     axes[0][0].set_ylabel("pass@k")
     if title:
