@@ -48,7 +48,10 @@ KEY_FIGURES = {
                       "horizon_study_forest_steps.png", "notebook 06: the horizon study's paired differences"),
                      ("horizon-study-{preset}/figures/horizon_study_lr_sweep.png", "horizon_study_lr_sweep.png",
                       "notebook 06: the collapse regime, held-out success and KL of fixed 20 and stepwise at each "
-                      "learning rate")],
+                      "learning rate"),
+                     ("horizon-study-{preset}/figures/horizon_study_pass_at_k_surface.png",
+                      "horizon_study_pass_at_k_surface.png",
+                      "notebook 06: pass@(k, T) of each arm's last policies at 0.5x, 1x, 2x their horizon and H = 20")],
     "07_pass_at_k": [("pass-at-k-babyai-{preset}/figures/pass_at_k.png", "pass_at_k.png",
                       "notebook 07: pass@k and pass^k of the start and two trained policies"),
                      ("pass-at-k-babyai-{preset}/figures/pass_at_k_surface.png", "pass_at_k_surface.png",
