@@ -1,5 +1,6 @@
-"""pass@(k, T): the surface of pass@k over samples and evaluation horizons, by hand, and measured on the real smoke
-nano in real BabyAI (played once at the longest horizon, every shorter one read off it, and checked against playing it)."""
+"""pass@(k, T): the surface of pass@k over samples and evaluation horizons, by hand, and measured on the committed
+long-track nano in real BabyAI (played once at the longest horizon, every shorter one read off it, and checked against
+playing it)."""
 import os
 
 import pytest

@@ -8,5 +8,6 @@ from .paper import load_paper_results
 from .run import evaluate, load_results
 from .surface import at_horizon, horizon_surface
 
-__all__ = ["at_horizon", "avg_at_k", "bootstrap_ci", "bootstrap_weights", "evaluate", "horizon_surface", "load_paper_results",
-           "load_results", "mean_ci", "pass_at_k", "pass_at_k_surface", "pass_hat_k", "summarize", "wilson_interval"]
+__all__ = ["at_horizon", "avg_at_k", "bootstrap_ci", "bootstrap_weights", "evaluate", "horizon_surface",
+           "load_paper_results", "load_results", "mean_ci", "pass_at_k", "pass_at_k_surface", "pass_hat_k", "summarize",
+           "wilson_interval"]

@@ -163,20 +163,20 @@ def arm_surface(surfaces: list[dict], eval_horizon: int) -> dict | None:
         return None
     ks = surfaces[0]["k"]
     cells: dict[str, list[list[float]]] = {}
+    item_cis: dict[str, list[list[list[float]]]] = {}
     trained: dict[str, set] = {}
     for s in surfaces:
         h = s["trained_horizon"]
         # later keys win: a horizon that is both 2x and the study's H is "2x", one that is 0.5x and 1x (H = 1) "1x"
         labels = {eval_horizon: f"H = {eval_horizon}", max(1, h // 2): "0.5x", h: "1x", 2 * h: "2x"}
-        for T, row in zip(s["horizons"], s["pass@k"]):
+        for T, row, ci in zip(s["horizons"], s["pass@k"], s["ci"]):
             label = labels[T]
             cells.setdefault(label, []).append(row)
+            item_cis.setdefault(label, []).append(ci)
             trained.setdefault(label, set()).add(T)
     order = [lab for lab in ("0.5x", "1x", "2x", f"H = {eval_horizon}") if lab in cells]
     if len(surfaces) == 1:   # one seed has no spread over seeds: its own bootstrap interval over items instead
-        s = surfaces[0]
-        ci = {labels[T]: row for T, row in zip(s["horizons"], s["ci"])}
-        stats = {lab: [(m, *ci[lab][j]) for j, m in enumerate(cells[lab][0])] for lab in order}
+        stats = {lab: [(m, *item_cis[lab][0][j]) for j, m in enumerate(cells[lab][0])] for lab in order}
     else:
         stats = {lab: [t_interval([row[j] for row in cells[lab]], bounds=(0, 1)) for j in range(len(ks))]
                  for lab in order}
