@@ -512,6 +512,24 @@ def test_the_gpu_pilot_measures_each_rung_of_runs_side_by_side_here_on_the_cpu(t
     assert record["modes"]["plain"]["most_runs_that_fit"] in (None, 1, 2) and "fits a call" in record["arithmetic"]
 
 
+def test_a_pilot_saves_its_ladder_after_every_rung_so_a_call_cut_short_keeps_what_ran(monkeypatch):
+    """A GPU call may end mid-pilot: each rung, once measured, is handed to `save` with the rungs before it; a rung
+    that fails ends the ladder after it is saved."""
+    from agentgym_nb.study import pilot
+    measured = {4: {"runs": 4, "eval_seconds": 1.0, "eval_items": 32, "load_seconds": 5.0, "step_seconds": 2.0,
+                    "steps_measured": 8, "steps_per_second": 2.0},
+                8: {"runs": 8, "failed": [3], "wall_seconds": 9.0, "log_tail": "CUDA out of memory"},
+                16: {"runs": 16}}
+    monkeypatch.setattr(pilot, "rung", lambda small, n, seconds, work: dict(measured[n]))
+    study = Study(preset="smoke", steps=2, eval_items=64)
+    saved = []
+    result = pilot.ladder(study, study, [4, 8, 16], 10.0, "", {"loads": 2, "steps": 2, "evaluations": 7}, "plain",
+                          save=lambda mode, partial: saved.append((mode, [r["runs"] for r in partial["rungs"]])))
+    assert saved == [("plain", [4]), ("plain", [4, 8])]
+    assert result["rungs"][0]["chain_seconds"] == 2 * 5.0 + 2 * 2.0 + 7 * 1.0 * 64 / 32
+    assert result["most_runs_that_fit"] == 4 and len(result["rungs"]) == 2
+
+
 def test_the_study_cost_counts_each_run_to_its_furthest_budget_point_and_every_evaluation():
     runs = {("stepwise", 0): {"points": {"steps": {"train_seconds": 3600.0}, "tokens": {"train_seconds": 5400.0}},
                               "evals": {"0/20": {"seconds": 900.0}, "60/20": {"seconds": 900.0}},

@@ -128,9 +128,9 @@ def chain_seconds(measured: dict, chain_of: dict, study: Study) -> float:
 
 
 def ladder(small: Study, study: Study, runs: list[int], seconds: float, work: str, chain_of: dict,
-           mode: str) -> dict:
+           mode: str, save=lambda mode, partial: None) -> dict:
     """Every rung of the ladder, smallest first, its runs evaluating `small`'s items; a rung that fails (out of
-    memory, say) ends the ladder."""
+    memory, say) ends the ladder. `save(mode, ladder so far)` after every rung: a pilot cut short keeps its rungs."""
     rungs = []
     for n in runs:
         r = rung(small, n, seconds, work)
@@ -139,6 +139,7 @@ def ladder(small: Study, study: Study, runs: list[int], seconds: float, work: st
             r["fits_a_call"] = r["chain_seconds"] <= CALL_SECONDS
         rungs.append(r)
         print(f"{mode}: {line(r)}", flush=True)
+        save(mode, {"rungs": rungs, "most_runs_that_fit": None, "complete": False})
         if "failed" in r:
             break
     fit = [r["runs"] for r in rungs if r.get("fits_a_call")]
@@ -205,8 +206,13 @@ def pilot(study: Study, runs: list[int] = LADDER, seconds: float = 10.0, out: st
               "seconds": seconds, "max_steps": MAX_STEPS, "call_seconds": CALL_SECONDS, "chain": chain_of,
               "arithmetic": arithmetic(study, chain_of, small.eval_items), "modes": {}}
     work = tempfile.mkdtemp(prefix="horizon_pilot_")
+
+    def save(mode: str, partial: dict) -> None:
+        record["modes"][mode] = partial
+        record["wall_seconds"] = time.time() - t0
+        write_json(out, record, indent=1)
     try:
-        record["modes"]["plain"] = ladder(small, study, runs, seconds, work, chain_of, "plain")
+        record["modes"]["plain"] = ladder(small, study, runs, seconds, work, chain_of, "plain", save)
         env, why = start_mps(work) if study.device == "cuda" else (None, "--device cpu: MPS shares a GPU")
         if env is None:
             record["modes"]["mps"] = {"measured": False, "why": why}
@@ -214,7 +220,7 @@ def pilot(study: Study, runs: list[int] = LADDER, seconds: float = 10.0, out: st
             saved = {k: os.environ.get(k) for k in env}
             os.environ.update(env)   # the runs' processes inherit it and become the daemon's clients
             try:
-                record["modes"]["mps"] = ladder(small, study, runs, seconds, work, chain_of, "mps")
+                record["modes"]["mps"] = ladder(small, study, runs, seconds, work, chain_of, "mps", save)
                 record["modes"]["mps"]["servers"] = mps_command(env, "get_server_list")   # empty: no client came
             finally:
                 mps_command(env, "quit")
