@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -220,26 +221,49 @@ PARTS = {"tests": part_tests, "cpu_rl": part_cpu_rl, "gpu_rl": part_gpu_rl, "eng
          "train": part_train, "paper_7b": part_paper_7b}
 
 
-def run_part(name: str, args, work: str) -> dict:
-    """Part `name` in a process of its own, stopped at its cap: what it prints streams through as it goes, and what
-    it measured comes back as JSON (a part that hangs or crashes the process is a finding, not the end)."""
-    out = os.path.join(work, f"{name}.json")
-    cmd = [sys.executable, os.path.abspath(__file__), "--one", name, "--work", work, "--device", args.device,
-           "--workers", str(args.workers), *(["--smoke"] if args.smoke else [])]
-    cap = CAP_SMOKE if args.smoke else PART_SECONDS[name]
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)
+def run_capped(cmd: list[str], cap: float, keep: int = 60) -> tuple[int | None, list[str]]:
+    """Run `cmd` in a process group of its own, its output streaming through as it goes, killed after `cap`
+    seconds: (its return code, None when it was stopped; its last `keep` lines of output). A part's figures are
+    printed as each is measured, so the lines keep what a part stopped at its cap had measured."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, bufsize=1)
+    lines: list[str] = []
+
+    def pump():
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            lines.append(line.rstrip("\n"))
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
     try:
         proc.wait(timeout=cap)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, 9)
         proc.wait()
-        return {"error": f"stopped at its cap of {cap} s", "part_seconds": time.perf_counter() - start}
-    if proc.returncode or not os.path.exists(out):
-        return {"error": f"its process exited with {proc.returncode} and no result",
-                "part_seconds": time.perf_counter() - start}
+    reader.join(timeout=5)
+    stopped = proc.returncode == -9
+    return (None if stopped else proc.returncode), lines[-keep:]
+
+
+def run_part(name: str, args, work: str) -> dict:
+    """Part `name` in a process of its own, stopped at its cap: what it prints streams through as it goes, and what
+    it measured comes back as JSON (a part that hangs or crashes the process is a finding, not the end); a part
+    that did not finish keeps its printed lines."""
+    out = os.path.join(work, f"{name}.json")
+    cmd = [sys.executable, os.path.abspath(__file__), "--one", name, "--work", work, "--device", args.device,
+           "--workers", str(args.workers), *(["--smoke"] if args.smoke else [])]
+    cap = CAP_SMOKE if args.smoke else PART_SECONDS[name]
+    start = time.perf_counter()
+    returncode, printed = run_capped(cmd, cap)
+    seconds = time.perf_counter() - start
+    if returncode is None:
+        return {"error": f"stopped at its cap of {cap} s", "part_seconds": seconds, "printed": printed}
+    if returncode or not os.path.exists(out):
+        return {"error": f"its process exited with {returncode} and no result", "part_seconds": seconds,
+                "printed": printed}
     with open(out) as f:
-        return {**json.load(f), "part_seconds": time.perf_counter() - start}
+        return {**json.load(f), "part_seconds": seconds}
 
 
 def main(argv=None) -> dict:

@@ -44,5 +44,16 @@ def test_a_part_past_its_cap_is_stopped_and_recorded(tmp_path, monkeypatch):
     result = gpu_check.main(["--smoke", "--device", "cpu", "--workers", "1", "--parts", "engine",
                              "--out", str(out)])
     assert result["parts"]["engine"]["error"] == "stopped at its cap of 3 s"
-    assert result["parts"]["engine"]["part_seconds"] < 10
+    assert result["parts"]["engine"]["part_seconds"] < 10 and isinstance(result["parts"]["engine"]["printed"], list)
     assert json.loads(out.read_text())["parts"] == result["parts"]
+
+
+def test_a_process_past_its_cap_is_killed_and_keeps_what_it_printed():
+    """What a part measured before its cap is in its printed lines (a part prints each figure as it measures it)."""
+    sys.path.insert(0, "scripts")
+    import gpu_check
+    code = "import time; print('measured 1', flush=True); print('measured 2', flush=True); time.sleep(60)"
+    returncode, printed = gpu_check.run_capped([sys.executable, "-c", code], cap=8)
+    assert returncode is None and printed == ["measured 1", "measured 2"]
+    returncode, printed = gpu_check.run_capped([sys.executable, "-c", "print('done'); raise SystemExit(3)"], cap=30)
+    assert returncode == 3 and printed == ["done"]
