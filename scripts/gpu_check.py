@@ -96,7 +96,15 @@ def train_run(cfg, steps: int) -> dict:
             "sync_error", "mismatch_kl", "mismatch_max_abs", "kl", "grad_norm")
     print(f"  {cfg.name}: set up in {setup:.1f} s (planned peak {trainer.planned_peak_gb} GB)", flush=True)
 
-    def progress(m):   # as each step ends: a step that hangs shows where
+    for phase in ("rollout", "learn", "sync"):   # its seconds as it ends: a part stopped at its cap shows where
+        def timed(*a, _phase=phase, _method=getattr(trainer, phase), **k):
+            t = time.perf_counter()
+            out = _method(*a, **k)
+            print(f"    {_phase} {time.perf_counter() - t:.1f} s", flush=True)
+            return out
+        setattr(trainer, phase, timed)
+
+    def progress(m):   # as each step ends
         print(f"  step {m['step']}: {m['step_seconds']:.1f} s (rollout {m['rollout_seconds']:.1f}, log-probs "
               f"{m['logprob_seconds']:.1f}, update {m['update_seconds']:.1f}, sync {m['sync_seconds']:.1f}), "
               f"{m['sampled_tokens']:.0f} policy tokens", flush=True)

@@ -32,6 +32,8 @@ def test_gpu_check_runs_every_part_at_smoke_sizes(tmp_path, nano_dir):
     assert parts["engine"]["long_rollout"]["now/cpu"]["episodes"] == 4
     assert parts["engine"]["generate"]["nano/now/cpu"]["tokens_per_s"] > 0
     assert set(parts["train"]["results"]) == {"nano/fp32", "nano/fp32/lora"}
+    for phase in ("rollout", "learn", "sync"):   # each RL phase's seconds are printed as it ends
+        assert done.stdout.count(f"    {phase} ") == 2 + 1 + 1, phase   # cpu_rl's 2 smoke steps, gpu_rl's, paper_7b's
 
 
 def test_a_part_past_its_cap_is_stopped_and_recorded(tmp_path, monkeypatch):
