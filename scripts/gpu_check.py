@@ -244,13 +244,14 @@ def run_capped(cmd: list[str], cap: float, keep: int = 60) -> tuple[int | None, 
             lines.append(line.rstrip("\n"))
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
+    stopped = False
     try:
         proc.wait(timeout=cap)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, 9)
         proc.wait()
+        stopped = True
     reader.join(timeout=5)
-    stopped = proc.returncode == -9
     return (None if stopped else proc.returncode), lines[-keep:]
 
 

@@ -407,7 +407,7 @@ class HFEngine(Engine):
 
 def _padded_attention(device: torch.device):
     """The attention kernel for the engine's padded batches: on CUDA, PyTorch's math kernel. With the kernel CUDA
-    picks by default (memory-efficient, for fp32 with a mask) the nano's one-room rollout on an H200 (torch 2.11,
+    picks by default (memory-efficient, for fp32 with a mask) the cpu preset's RL run on an H200 (torch 2.11,
     2026-11-28) sampled tokens whose log-probs disagreed with the trainer's full pass by a KL of 0.095 per token (the
     largest difference 12.6) at one step of three, the same at every run. With the math kernel everywhere they agreed
     to 3e-13, as on a CPU; with it in the trainer's pass alone they disagreed exactly as before: the engine's padded
