@@ -245,8 +245,9 @@ class HFEngine(Engine):
                 if self.static_cache:
                     completions = self._generate_static(pick(prompts), params, stop, pick(seeds))
                 else:
-                    completions, kept = self._generate_batch(pick(prompts), params, stop, pick(seeds), pick(past),
-                                                             keep=keep)
+                    with _padded_attention(self.device):   # once a batch, not at every decode step
+                        completions, kept = self._generate_batch(pick(prompts), params, stop, pick(seeds),
+                                                                 pick(past), keep=keep)
                 for j, i in enumerate(rows):
                     out[i] = completions[j]
                     if keep:
@@ -333,9 +334,8 @@ class HFEngine(Engine):
         kept: list = [None] * B
         live = torch.arange(B, device=device)   # the batch rows still sampling
         for step in range(params.max_tokens):
-            with _padded_attention(device):
-                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                    past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                                use_cache=True, logits_to_keep=1).logits[:, -1]
             next_ids, next_logprobs = sample_next(logits, params, seeds[live], step)
             tokens[live, step], logprobs[live, step] = next_ids, next_logprobs
             hit = torch.isin(next_ids, stop)
