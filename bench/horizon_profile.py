@@ -9,8 +9,10 @@ so the same measurement is made of an earlier commit; the result is added to --o
 labels. Phases of a training step: rollout (the engine's prefill and decode forward passes, the env calls, the rest:
 runner, tokenising), the log-prob passes (old policy and reference, before the update), the update, the weight
 sync, and the rest of the step. The evaluation: --eval-items held-out items at H = 20 with the study's sampling, its
-prefill, decode and env seconds. The engine's forward passes are timed by hooks on the model (a pass in inference
-mode is the engine's; one of more than one new token per row a prefill); env calls by a wrapper around each env.
+prefill, decode and env seconds. The HF engine's forward passes are timed by hooks on the model (a pass in inference
+mode is the engine's; one of more than one new token per row a prefill), vLLM's by a wrapper around its engine
+core's step (a step that schedules more than one token for a request a prefill); env calls by a wrapper around
+each env.
 """
 from __future__ import annotations
 
@@ -65,6 +67,30 @@ def time_engine_passes(model, clock: Clock) -> None:
 
     model.register_forward_pre_hook(before, with_kwargs=True)
     model.register_forward_hook(after, with_kwargs=True)
+
+
+def time_vllm_steps(llm, clock: Clock) -> None:
+    """Each step of vLLM's engine core (in this process: VLLM_ENABLE_V1_MULTIPROCESSING=0) added to "prefill" when
+    its batch holds a request's prompt tokens (more than one token scheduled for it: a turn's new tokens, batched
+    with whatever decodes), else to "decode"; a step's seconds are scheduling, the model and sampling together."""
+    core = llm.llm_engine.engine_core.engine_core
+    schedule, step_fn, kind = core.scheduler.schedule, core.step_fn, {}
+
+    def scheduled(*args, **kwargs):
+        out = schedule(*args, **kwargs)
+        kind["prefill"] = any(n > 1 for n in out.num_scheduled_tokens.values())
+        return out
+
+    def step(*args, **kwargs):
+        kind.clear()
+        t = time.perf_counter()
+        try:
+            return step_fn(*args, **kwargs)
+        finally:
+            if kind:   # (a step with nothing scheduled ran no model)
+                clock.add("prefill" if kind["prefill"] else "decode", time.perf_counter() - t)
+
+    core.scheduler.schedule, core.step_fn = scheduled, step
 
 
 class TimedEnv:
@@ -130,8 +156,10 @@ def main(argv=None) -> dict:
         cfg = dataclasses.replace(cfg, **parse_overrides(args.set))
     clock = Clock()
     trainer = Trainer(cfg, log=lambda *a: None)
-    if hasattr(trainer.engine, "model"):   # (vLLM's passes run inside vLLM: the rollout is timed whole)
+    if hasattr(trainer.engine, "model"):
         time_engine_passes(trainer.engine.model, clock)
+    elif hasattr(trainer.engine, "llm"):
+        time_vllm_steps(trainer.engine.llm, clock)
     make_env = trainer.env_factory
     trainer.env_factory = lambda: TimedEnv(make_env(), clock)
     steps = []
