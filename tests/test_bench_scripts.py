@@ -107,8 +107,33 @@ def test_horizon_profile_splits_a_step_and_an_evaluation_into_phases(tmp_path, e
     assert step["prefill_seconds"] + step["decode_seconds"] < step["rollout_seconds"] < step["step_seconds"]
     assert step["forward_passes"]["prefill"] >= 1 and step["forward_passes"]["env"] >= step["episodes"]
     assert step["logprob_seconds"] > 0 and step["update_seconds"] > 0 and step["cache_fallbacks"] == 0
+    assert set(step["gflop"]) == {"prefill", "decode", "logprob", "update"} and min(step["gflop"].values()) > 0
+    assert run["matmul_gflop_per_s"]["float32"] > 0 and run["matmul_gflop_per_s"]["bfloat16"] > 0
     evaluation = run["evaluation"]
     assert evaluation["items"] == 2 and evaluation["decode_seconds"] > 0 and share(float(evaluation["success"]))
+    assert set(evaluation["gflop"]) == {"prefill", "decode"} and min(evaluation["gflop"].values()) > 0
+
+
+def test_horizon_profile_counts_a_passes_arithmetic_by_hand():
+    """One layer, hidden 8, 2 query heads and 1 KV head of 4 dims, MLP 16, vocab 10. Linear weights: q 64, k 32,
+    v 32, o 64, gate, up and down 128 each, the (tied) head 80: 656, so 1,312 FLOPs a token; a query-key pair
+    4 x 2 heads x 4 dims = 32. Three new tokens after two cached ones: new token i attends to the 2 cached, to the new
+    ones before it and to itself, 3 + 4 + 5 = 12 pairs."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    sys.path[:0] = [BENCH]
+    try:
+        import horizon_profile
+    finally:
+        sys.path.remove(BENCH)
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                         num_key_value_heads=1, intermediate_size=16, tie_word_embeddings=True))
+    work = horizon_profile.Work(model)
+    assert (work.per_token, work.per_pair) == (1312, 32)
+    work.add_rows("prefill", [3], [2])
+    work.add_rows("update", [2], [0], factor=3)   # 2 tokens, 1 + 2 pairs, forward and backward
+    assert work.take() == pytest.approx({"prefill": (3 * 1312 + 12 * 32) / 1e9,
+                                         "update": 3 * (2 * 1312 + 3 * 32) / 1e9})
+    assert work.take() == {}
 
 
 def test_rl_step_splits_each_step_into_its_phases(nano_dir, tmp_path):
