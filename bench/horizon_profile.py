@@ -103,16 +103,20 @@ def count_trainer_passes(models: list, work: Work) -> None:
 def linear_gflop_per_s(seconds: float = 1.0) -> dict[str, float]:
     """What one thread reaches on the nano's largest linear layer at a batch of 4,096 tokens (4,096 x 128 by
     128 x 384), the ceiling the phases' GFLOP/s are read against, by three routes: PyTorch's fp32 `F.linear`
-    (MKL's sgemm), the same fp32 product through oneDNN (the kernel PyTorch's bf16 and mkldnn paths use), and
+    (MKL's sgemm), the same fp32 product through oneDNN (`torch.utils.mkldnn`, the input already in its layout) and
     `F.linear` under bf16 autocast."""
     import torch
+    from torch.utils import mkldnn
     x, w = torch.randn(4096, 128), torch.randn(384, 128)
+    layer = torch.nn.Linear(128, 384, bias=False)
+    layer.weight.data.copy_(w)
+    onednn_layer, onednn_x = mkldnn.to_mkldnn(layer), x.to_mkldnn()
     routes = {"float32": lambda: torch.nn.functional.linear(x, w),
-              "float32_onednn": lambda: torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], ""),
+              "float32_onednn": lambda: onednn_layer(onednn_x),
               "bfloat16_autocast": lambda: torch.nn.functional.linear(x, w)}
     out = {}
     for name, product in routes.items():
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=name.startswith("bfloat16")):
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=name.startswith("bfloat16")):
             product()   # warm-up
             calls, t0 = 0, time.perf_counter()
             while time.perf_counter() - t0 < seconds:
