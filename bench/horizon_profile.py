@@ -55,26 +55,30 @@ class Clock:
 
 class Work:
     """Arithmetic (GFLOP) per phase, counted from the tokens each forward pass computes and the query-key pairs its
-    causal attention reads: a forward pass costs 2 x (the weights of the model's linear layers) per token and
-    4 x heads x head_dim x layers per pair (scores and weighted sum); a training pass (forward and backward) three
-    forwards. Padding is not counted: these are the FLOPs a pass must do, whatever a kernel spends on pads."""
+    causal attention reads: a forward pass costs 2 x (the weights of the model's linear layers) per token, the output
+    head only at the positions whose logits it computes (an engine: one a row), and 4 x heads x head_dim x layers per
+    pair (scores and weighted sum); a training pass (forward and backward) three forwards. Padding is not counted:
+    these are the FLOPs a pass must do, whatever a kernel spends on pads."""
 
     def __init__(self, model):
         import torch
         cfg = model.config
-        self.per_token = 2 * sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+        self.per_logit = 2 * model.get_output_embeddings().weight.numel()
+        self.per_token = 2 * sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)) \
+            - self.per_logit
         self.per_pair = 4 * cfg.num_attention_heads * (cfg.hidden_size // cfg.num_attention_heads) \
             * cfg.num_hidden_layers
         self.gflop: dict[str, float] = {}
         self.lock = threading.Lock()
 
-    def add_rows(self, phase: str, new: list[int], past: list[int], factor: int = 1) -> None:
+    def add_rows(self, phase: str, new: list[int], past: list[int], factor: int = 1, last_logits_only=False) -> None:
         """Rows of `new` tokens each, after `past` tokens already in their cache: token i of a row attends to its
-        past, to itself and to the new tokens before it."""
+        past, to itself and to the new tokens before it; logits at every new token, or at each row's last."""
         pairs = sum(n * c + n * (n + 1) // 2 for n, c in zip(new, past))
+        logits = len(new) if last_logits_only else sum(new)
         with self.lock:
             self.gflop[phase] = self.gflop.get(phase, 0.0) + factor * (
-                self.per_token * sum(new) + self.per_pair * pairs) / 1e9
+                self.per_token * sum(new) + self.per_logit * logits + self.per_pair * pairs) / 1e9
 
     def take(self) -> dict:
         out, self.gflop = dict(self.gflop), {}
@@ -141,11 +145,12 @@ def time_engine_passes(model, clock: Clock, work: Work) -> None:
             ids = kwargs.get("input_ids", args[0] if args else None)
             phase = "prefill" if ids is not None and ids.shape[1] > 1 else "decode"
             clock.add(phase, time.perf_counter() - started.pop("t"))
-            n, mask = ids.shape[1], kwargs.get("attention_mask")
+            n, mask, last = ids.shape[1], kwargs.get("attention_mask"), kwargs.get("logits_to_keep") == 1
             if mask is None:
-                work.add_rows(phase, [n] * ids.shape[0], [0] * ids.shape[0])
+                work.add_rows(phase, [n] * ids.shape[0], [0] * ids.shape[0], last_logits_only=last)
             else:
-                work.add_rows(phase, mask[:, -n:].sum(-1).tolist(), mask[:, :-n].sum(-1).tolist())
+                work.add_rows(phase, mask[:, -n:].sum(-1).tolist(), mask[:, :-n].sum(-1).tolist(),
+                              last_logits_only=last)
 
     model.register_forward_pre_hook(before, with_kwargs=True)
     model.register_forward_hook(after, with_kwargs=True)
@@ -165,7 +170,7 @@ def time_vllm_steps(llm, clock: Clock, work: Work) -> None:
         kind["prefill"] = any(n > 1 for n in out.num_scheduled_tokens.values())
         new = list(out.num_scheduled_tokens.values())
         past = [core.scheduler.requests[r].num_computed_tokens - n for r, n in out.num_scheduled_tokens.items()]
-        work.add_rows("prefill" if kind["prefill"] else "decode", new, past)
+        work.add_rows("prefill" if kind["prefill"] else "decode", new, past, last_logits_only=True)
         return out
 
     def step(*args, **kwargs):

@@ -117,9 +117,9 @@ def test_horizon_profile_splits_a_step_and_an_evaluation_into_phases(tmp_path, e
 
 def test_horizon_profile_counts_a_passes_arithmetic_by_hand():
     """One layer, hidden 8, 2 query heads and 1 KV head of 4 dims, MLP 16, vocab 10. Linear weights: q 64, k 32,
-    v 32, o 64, gate, up and down 128 each, the (tied) head 80: 656, so 1,312 FLOPs a token; a query-key pair
-    4 x 2 heads x 4 dims = 32. Three new tokens after two cached ones: new token i attends to the 2 cached, to the new
-    ones before it and to itself, 3 + 4 + 5 = 12 pairs."""
+    v 32, o 64, gate, up and down 128 each: 576, so 1,152 FLOPs a token, and the (tied) head 80: 160 a logit; a
+    query-key pair 4 x 2 heads x 4 dims = 32. Three new tokens after two cached ones: new token i attends to the 2
+    cached, to the new ones before it and to itself, 3 + 4 + 5 = 12 pairs; an engine computes one row's logits."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
     sys.path[:0] = [BENCH]
     try:
@@ -129,11 +129,11 @@ def test_horizon_profile_counts_a_passes_arithmetic_by_hand():
     model = Qwen2ForCausalLM(Qwen2Config(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
                                          num_key_value_heads=1, intermediate_size=16, tie_word_embeddings=True))
     work = horizon_profile.Work(model)
-    assert (work.per_token, work.per_pair) == (1312, 32)
-    work.add_rows("prefill", [3], [2])
-    work.add_rows("update", [2], [0], factor=3)   # 2 tokens, 1 + 2 pairs, forward and backward
-    assert work.take() == pytest.approx({"prefill": (3 * 1312 + 12 * 32) / 1e9,
-                                         "update": 3 * (2 * 1312 + 3 * 32) / 1e9})
+    assert (work.per_token, work.per_logit, work.per_pair) == (1152, 160, 32)
+    work.add_rows("prefill", [3], [2], last_logits_only=True)
+    work.add_rows("update", [2], [0], factor=3)   # 2 tokens and their logits, 1 + 2 pairs, forward and backward
+    assert work.take() == pytest.approx({"prefill": (3 * 1152 + 160 + 12 * 32) / 1e9,
+                                         "update": 3 * (2 * (1152 + 160) + 3 * 32) / 1e9})
     assert work.take() == {}
 
 
