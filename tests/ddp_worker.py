@@ -132,3 +132,6 @@ if __name__ == "__main__":
     skip_decision(sys.argv[1])
     filtered_update(sys.argv[1])
     torch.distributed.barrier()
+    # left to the interpreter's exit, the process group's threads can abort a rank after its work is done
+    # ("terminate called without an active exception", SIGABRT)
+    torch.distributed.destroy_process_group()

@@ -104,3 +104,6 @@ if __name__ == "__main__":
     step_and_resume(sys.argv[1])
     union_update(sys.argv[1])
     torch.distributed.barrier()
+    # left to the interpreter's exit, the process group's threads can abort a rank after its work is done
+    # ("terminate called without an active exception", SIGABRT)
+    torch.distributed.destroy_process_group()

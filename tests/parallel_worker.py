@@ -102,6 +102,9 @@ def main(out_dir: str) -> None:
     with open(os.path.join(out_dir, f"{par.kind}_rank{par.rank}.json"), "w") as f:
         json.dump(result, f)
     torch.distributed.barrier()
+    # left to the interpreter's exit, the process group's threads can abort a rank after its work is done
+    # ("terminate called without an active exception", SIGABRT)
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
