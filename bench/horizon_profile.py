@@ -234,6 +234,9 @@ def main(argv=None) -> dict:
         from agentgym_nb.study.runs import evaluation
         from agentgym_nb.study.settings import Study
     except ModuleNotFoundError:   # a checkout from before the study was package code: its bench/horizon.py
+        if args.eval_chunk:
+            raise SystemExit(f"--eval-chunk needs a checkout whose study is package code (agentgym_nb/study); "
+                             f"{package} has none: leave the option out to profile it")
         from horizon import Study, evaluation
     from agentgym_nb import models
     from agentgym_nb.train.rl import Trainer

@@ -97,11 +97,11 @@ def test_rollout_speed(nano_dir, tmp_path):
 @pytest.mark.parametrize("engine, name", [("hf", "HFEngine"), ("vllm", "VLLMEngine")])
 def test_horizon_profile_splits_a_step_and_an_evaluation_into_phases(tmp_path, engine, name):
     r = run_bench("horizon_profile.py", ["--preset", "smoke", "--steps", "1", "--eval-items", "2", "--engine", engine,
-                                         "--set", "micro_batch_tokens=1024", "--eval-chunk", "2"],
+                                         "--set", "micro_batch_tokens=1024", "--eval-chunk", "1"],
                   tmp_path / "profile.json", "horizon_profile.json")
     run = r["runs"]["now"]
     check_where(run)
-    assert run["engine"] == name and run["changed"] == ["micro_batch_tokens=1024", "eval_chunk=2"]
+    assert run["engine"] == name and run["changed"] == ["micro_batch_tokens=1024", "eval_chunk=1"]
     (step,) = run["steps"]
     assert step["prefill_seconds"] > 0 and step["decode_seconds"] > 0 and step["env_seconds_in_threads"] > 0
     assert step["prefill_seconds"] + step["decode_seconds"] < step["rollout_seconds"] < step["step_seconds"]
@@ -113,6 +113,8 @@ def test_horizon_profile_splits_a_step_and_an_evaluation_into_phases(tmp_path, e
     evaluation = run["evaluation"]
     assert evaluation["items"] == 2 and evaluation["decode_seconds"] > 0 and share(float(evaluation["success"]))
     assert set(evaluation["gflop"]) == {"prefill", "decode"} and min(evaluation["gflop"].values()) > 0
+    # one episode at a time (--eval-chunk 1): a prefill for every turn of each, not one per turn of the batch
+    assert evaluation["forward_passes"]["prefill"] == round(2 * evaluation["mean_turns"])
 
 
 def test_horizon_profile_counts_a_passes_arithmetic_by_hand():
